@@ -1,0 +1,51 @@
+// ckpt/catalog.h: which checkpoints a root holds.
+#ifndef CKPT_CATALOG_H_
+#define CKPT_CATALOG_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ckpt/file_system.h"
+
+namespace ckpt {
+
+// A committed checkpoint directory, summarised from its manifest.
+struct CheckpointSummary {
+  int64_t step = 0;
+  std::string dir;  // full path
+  // OK if the manifest was read and passed its checksum and bounds checks;
+  // otherwise why not (the other fields are then zero).
+  absl::Status manifest_status;
+  std::string kind;  // "full"
+  uint64_t tensor_bytes = 0;
+  uint64_t file_bytes = 0;  // shard files + manifest
+  size_t tensor_count = 0;
+  size_t shard_count = 0;
+  int64_t created_unix_ns = 0;
+};
+
+// Steps of the committed checkpoint directories in `root`, ascending. Temp
+// and trash directories are never listed. `fs` null means `PosixFileSystem()`.
+absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& root,
+                                               std::shared_ptr<FileSystem> fs = nullptr);
+
+// Summaries of every committed checkpoint in `root`, ascending by step.
+absl::StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(
+    const std::string& root, std::shared_ptr<FileSystem> fs = nullptr);
+
+// The step named by ROOT/LATEST, if that file exists and parses. A hint only:
+// readers scan the directories and verify.
+absl::StatusOr<std::optional<int64_t>> ReadLatestHint(const std::string& root,
+                                                      std::shared_ptr<FileSystem> fs = nullptr);
+
+// The directory name of checkpoint `step`, e.g. "step-00000000000000001200".
+std::string StepDirName(int64_t step);
+
+}  // namespace ckpt
+
+#endif  // CKPT_CATALOG_H_

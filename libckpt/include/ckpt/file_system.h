@@ -1,0 +1,155 @@
+// ckpt/file_system.h: the one seam every file-system call of ckpt goes through.
+//
+// The library never calls open/pwrite/fsync/rename/... directly: it asks a
+// `FileSystem`. Tests wrap one to inject faults (EIO, ENOSPC, short writes,
+// EINTR, a crash at the Nth call); `PosixFileSystem()` is the real one.
+//
+// The contract is deliberately close to the system calls, so that injected
+// faults exercise the library's own retry and error paths:
+// - `IoQueue` completions report what the kernel reported: a byte count that
+//   may be short, or a negative errno (-EINTR and -EAGAIN included). The
+//   library resubmits short transfers, -EINTR and -EAGAIN; it never passes
+//   them to its callers.
+// - Every other call returns an `absl::Status` whose message names the path.
+#ifndef CKPT_FILE_SYSTEM_H_
+#define CKPT_FILE_SYSTEM_H_
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ckpt {
+
+// Block size and alignment of O_DIRECT buffers, offsets and lengths.
+inline constexpr size_t kDirectIoAlignment = 4096;
+
+struct OpenOptions {
+  bool read = true;
+  bool write = false;
+  bool create = false;     // O_CREAT
+  bool exclusive = false;  // O_EXCL (with create)
+  bool truncate = false;   // O_TRUNC
+  // O_DIRECT: buffers, offsets and lengths must be `kDirectIoAlignment`
+  // aligned. A file system that refuses O_DIRECT fails the open with
+  // kInvalidArgument (EINVAL), which callers use as the probe.
+  bool direct = false;
+};
+
+// `File` is an open file. Not thread-safe except where noted; data transfers
+// go through an `IoQueue`, not through `File`.
+class File {
+ public:
+  virtual ~File() = default;
+
+  virtual const std::string& path() const = 0;
+  virtual bool direct() const = 0;
+  // The descriptor an `IoQueue` of the same file system uses.
+  virtual int native_handle() const = 0;
+
+  // fsync(2): on success every byte written and the file size are durable.
+  // A failure means the file's contents are unknown: callers abandon it.
+  virtual absl::Status Sync() = 0;
+  virtual absl::Status Truncate(uint64_t size) = 0;
+  virtual absl::StatusOr<uint64_t> Size() = 0;
+  // Advises the kernel to drop cached pages (best effort; benchmarks use it
+  // to restore cold).
+  virtual absl::Status DropCache() = 0;
+  // close(2). Errors are reported (a close error poisons a checkpoint). The
+  // destructor closes silently if `Close` was not called.
+  virtual absl::Status Close() = 0;
+};
+
+// One data transfer. `buf` must stay valid until its completion is reaped.
+struct IoOp {
+  enum class Kind : uint8_t { kRead, kWrite };
+  Kind kind = Kind::kWrite;
+  File* file = nullptr;
+  uint64_t offset = 0;
+  void* buf = nullptr;
+  uint32_t length = 0;
+  // Index into the buffers registered with `IoQueue::RegisterBuffers`, or -1.
+  int buf_index = -1;
+  uint64_t tag = 0;  // returned in the completion
+};
+
+struct IoCompletion {
+  uint64_t tag = 0;
+  int64_t result = 0;  // bytes transferred (maybe fewer than asked), or -errno
+};
+
+// `IoQueue` runs many transfers at once (io_uring, or a thread pool). One
+// thread uses a queue at a time.
+class IoQueue {
+ public:
+  virtual ~IoQueue() = default;
+  virtual absl::string_view name() const = 0;
+  // The most transfers in flight at once.
+  virtual size_t depth() const = 0;
+  // Pins `buffers` for `IoOp::buf_index` (io_uring registered buffers).
+  // kUnimplemented where the queue has no use for it; callers carry on.
+  virtual absl::Status RegisterBuffers(std::span<const iovec> buffers) = 0;
+  // Starts `ops`. REQUIRES: in-flight count + ops.size() <= depth().
+  // An error here means none of `ops` started.
+  virtual absl::Status Submit(std::span<const IoOp> ops) = 0;
+  // Waits until at least `min_complete` transfers finished and appends every
+  // finished one to `out`.
+  virtual absl::Status Reap(size_t min_complete, std::vector<IoCompletion>* out) = 0;
+};
+
+enum class IoQueueKind : uint8_t {
+  kUring,    // io_uring
+  kThreads,  // a pool of threads calling pwrite/pread
+};
+
+struct FileStat {
+  bool is_directory = false;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+enum class RenameMode : uint8_t {
+  kReplace,    // rename(2): atomically replaces an existing target file
+  kNoReplace,  // renameat2(RENAME_NOREPLACE): kAlreadyExists if target exists
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  virtual absl::string_view name() const = 0;
+
+  virtual absl::StatusOr<std::unique_ptr<File>> Open(const std::string& path,
+                                                     const OpenOptions& options) = 0;
+  // mkdir(2) with mode 0755; kAlreadyExists if `path` exists.
+  virtual absl::Status CreateDir(const std::string& path) = 0;
+  virtual absl::Status RemoveFile(const std::string& path) = 0;
+  // rmdir(2): the directory must be empty.
+  virtual absl::Status RemoveDir(const std::string& path) = 0;
+  virtual absl::Status Rename(const std::string& from, const std::string& to,
+                              RenameMode mode) = 0;
+  // Makes the entries of directory `path` durable (open + fsync + close).
+  virtual absl::Status SyncDir(const std::string& path) = 0;
+  // Names in `path`, without "." and "..", unsorted.
+  virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
+  // kNotFound if `path` does not exist.
+  virtual absl::StatusOr<FileStat> Stat(const std::string& path) = 0;
+  // A queue of `depth` concurrent transfers. kUnavailable (with the reason)
+  // where `kind` cannot run here, e.g. io_uring refused by a seccomp policy.
+  virtual absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(IoQueueKind kind,
+                                                              size_t depth) = 0;
+};
+
+// The real file system. Thread-safe; lives for the whole process.
+std::shared_ptr<FileSystem> PosixFileSystem();
+
+}  // namespace ckpt
+
+#endif  // CKPT_FILE_SYSTEM_H_

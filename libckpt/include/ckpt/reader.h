@@ -1,0 +1,78 @@
+// ckpt/reader.h: reads one committed checkpoint back.
+//
+//   ckpt::ReaderOptions options;                  // newest checkpoint
+//   auto reader = ckpt::Reader::Open("/ckpt/run1", options);
+//   for (const ckpt::TensorInfo& t : (*reader)->tensors()) { ... }
+//   auto w = (*reader)->Read("model.fc.weight");  // verified against its xxh3
+//
+// Everything read is checked: the manifest against its own checksum and
+// bounds (before any allocation it implies), every tensor against the xxh3
+// of its bytes. A mismatch is kDataLoss naming the file and the tensor.
+#ifndef CKPT_READER_H_
+#define CKPT_READER_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/options.h"
+#include "ckpt/tensor.h"
+
+namespace ckpt {
+
+// One tensor as the manifest describes it.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  uint64_t raw_bytes = 0;     // bytes of the tensor itself
+  uint64_t stored_bytes = 0;  // bytes of its record in the shard file
+  std::string encoding;       // "raw" (more in later format versions)
+  std::string shard;          // shard file name, inside the checkpoint dir
+  uint64_t offset = 0;        // 4 KiB-aligned offset of the record in `shard`
+  uint64_t xxh3 = 0;          // XXH3-64 of the raw bytes
+};
+
+// Where `Reader::ReadInto` puts one tensor.
+struct ReadTarget {
+  std::string name;
+  void* data = nullptr;
+  size_t capacity = 0;  // must be >= the tensor's raw_bytes
+};
+
+class Reader {
+ public:
+  // Opens checkpoint `options.step` of `root`, or the newest committed one
+  // whose manifest verifies. kNotFound if there is none; kDataLoss if the
+  // named step's manifest or shard files are damaged.
+  static absl::StatusOr<std::unique_ptr<Reader>> Open(const std::string& root,
+                                                      const ReaderOptions& options);
+  virtual ~Reader() = default;
+
+  virtual int64_t step() const = 0;
+  virtual const std::string& dir() const = 0;
+  // The extras object given to `Save`, as JSON text.
+  virtual const std::string& extras_json() const = 0;
+  virtual const std::vector<TensorInfo>& tensors() const = 0;
+  // nullptr if there is no tensor `name`.
+  virtual const TensorInfo* Find(absl::string_view name) const = 0;
+
+  // Reads the named tensors into caller memory, many transfers in flight,
+  // verifying each. Memory that is 4 KiB-aligned is filled directly by
+  // O_DIRECT reads; other memory through the reader's buffers.
+  virtual absl::Status ReadInto(std::span<const ReadTarget> targets) = 0;
+  // Reads one tensor into new memory.
+  virtual absl::StatusOr<Tensor> Read(absl::string_view name) = 0;
+  // Reads every tensor into new memory, in manifest order.
+  virtual absl::StatusOr<std::vector<Tensor>> ReadAll() = 0;
+  // Reads every record and checks every checksum without keeping the data.
+  virtual absl::Status Verify() = 0;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_READER_H_

@@ -1,0 +1,74 @@
+#include "ckpt/catalog.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "format/names.h"
+#include "io/small_file.h"
+#include "read/load_manifest.h"
+#include "util/status_macros.h"
+
+namespace ckpt {
+
+std::string StepDirName(int64_t step) { return internal::CheckpointDirName(step); }
+
+absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& root,
+                                               std::shared_ptr<FileSystem> fs) {
+  if (fs == nullptr) fs = PosixFileSystem();
+  auto stat = fs->Stat(root);
+  if (!stat.ok()) return internal::Annotate(stat.status(), "checkpoint root");
+  if (!stat->is_directory) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint root ", root, " is not a directory"));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(root));
+  std::vector<int64_t> steps;
+  for (const std::string& name : names) {
+    if (auto step = internal::ParseCheckpointDirName(name)) steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+absl::StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string& root,
+                                                               std::shared_ptr<FileSystem> fs) {
+  if (fs == nullptr) fs = PosixFileSystem();
+  CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, fs->NewIoQueue(IoQueueKind::kThreads, 1));
+  std::vector<CheckpointSummary> summaries;
+  for (int64_t step : steps) {
+    CheckpointSummary s;
+    s.step = step;
+    s.dir = internal::JoinPath(root, internal::CheckpointDirName(step));
+    auto manifest = internal::LoadManifest(*fs, *queue, s.dir, step);
+    if (!manifest.ok()) {
+      s.manifest_status = manifest.status();
+    } else {
+      s.kind = manifest->kind;
+      s.tensor_bytes = manifest->tensor_bytes();
+      s.file_bytes = manifest->shard_bytes();
+      auto mstat = fs->Stat(internal::JoinPath(s.dir, internal::kManifestName));
+      if (mstat.ok()) s.file_bytes += mstat->size;
+      s.tensor_count = manifest->tensors.size();
+      s.shard_count = manifest->shards.size();
+      s.created_unix_ns = manifest->created_unix_ns;
+    }
+    summaries.push_back(std::move(s));
+  }
+  return summaries;
+}
+
+absl::StatusOr<std::optional<int64_t>> ReadLatestHint(const std::string& root,
+                                                      std::shared_ptr<FileSystem> fs) {
+  if (fs == nullptr) fs = PosixFileSystem();
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, fs->NewIoQueue(IoQueueKind::kThreads, 1));
+  auto contents = internal::ReadSmallFile(*fs, *queue, internal::JoinPath(root, internal::kLatestName), 4096);
+  if (!contents.ok()) {
+    if (contents.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
+    return contents.status();
+  }
+  absl::string_view trimmed = absl::StripAsciiWhitespace(*contents);
+  return internal::ParseCheckpointDirName(absl::string_view(trimmed.data(), trimmed.size()));
+}
+
+}  // namespace ckpt

@@ -1,0 +1,56 @@
+#include "ckpt/dtype.h"
+
+#include <array>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckpt {
+namespace {
+
+struct DTypeEntry {
+  DType dtype;
+  absl::string_view name;
+  size_t size;
+};
+
+constexpr std::array<DTypeEntry, kNumDTypes> kDTypes = {{
+    {DType::kBool, "bool", 1},
+    {DType::kUInt8, "uint8", 1},
+    {DType::kInt8, "int8", 1},
+    {DType::kInt16, "int16", 2},
+    {DType::kInt32, "int32", 4},
+    {DType::kInt64, "int64", 8},
+    {DType::kUInt16, "uint16", 2},
+    {DType::kUInt32, "uint32", 4},
+    {DType::kUInt64, "uint64", 8},
+    {DType::kFloat16, "float16", 2},
+    {DType::kBFloat16, "bfloat16", 2},
+    {DType::kFloat32, "float32", 4},
+    {DType::kFloat64, "float64", 8},
+}};
+
+}  // namespace
+
+bool IsValidDType(DType dtype) { return static_cast<size_t>(dtype) < kDTypes.size(); }
+
+size_t DTypeSize(DType dtype) {
+  return IsValidDType(dtype) ? kDTypes[static_cast<size_t>(dtype)].size : 0;
+}
+
+absl::string_view DTypeName(DType dtype) {
+  return IsValidDType(dtype) ? kDTypes[static_cast<size_t>(dtype)].name : "invalid";
+}
+
+absl::StatusOr<DType> DTypeFromName(absl::string_view name) {
+  for (const DTypeEntry& entry : kDTypes) {
+    if (entry.name == name) return entry.dtype;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", name, "\""));
+}
+
+bool IsFloatingDType(DType dtype) {
+  return dtype == DType::kFloat16 || dtype == DType::kBFloat16 || dtype == DType::kFloat32 ||
+         dtype == DType::kFloat64;
+}
+
+}  // namespace ckpt

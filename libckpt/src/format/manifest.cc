@@ -1,0 +1,246 @@
+#include "format/manifest.h"
+
+#include <nlohmann/json.hpp>
+
+#include <limits>
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "format/names.h"
+#include "util/hash.h"
+
+namespace ckpt::internal {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr absl::string_view kChecksumHead = ",\n \"manifest_xxh3\": \"";
+constexpr absl::string_view kChecksumTail = "\"\n}\n";
+constexpr size_t kChecksumTrailerBytes = kChecksumHead.size() + 16 + kChecksumTail.size();
+
+absl::Status Corrupt(absl::string_view path, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("manifest ", path, ": ", what));
+}
+
+// Typed field access that reports, rather than throws, a missing or mistyped
+// member.
+template <typename T>
+absl::Status Get(const Json& object, const char* key, absl::string_view path, T* out) {
+  auto it = object.find(key);
+  if (it == object.end()) return Corrupt(path, absl::StrCat("missing field \"", key, "\""));
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) return Corrupt(path, absl::StrCat("field \"", key, "\" is not a string"));
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    if (!it->is_number_unsigned()) {
+      return Corrupt(path, absl::StrCat("field \"", key, "\" is not a non-negative integer"));
+    }
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) {
+      return Corrupt(path, absl::StrCat("field \"", key, "\" is not an integer"));
+    }
+  }
+  *out = it->get<T>();
+  return absl::OkStatus();
+}
+
+#define CKPT_GET(object, key, out) \
+  do { absl::Status s_ = Get(object, key, path, out); if (!s_.ok()) return s_; } while (false)
+
+absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, size_t index,
+                                       const std::unordered_map<std::string, uint64_t>& shards,
+                                       uint64_t alignment) {
+  if (!j.is_object()) return Corrupt(path, absl::StrCat("tensor #", index, " is not an object"));
+  TensorInfo t;
+  std::string dtype, xxh3;
+  CKPT_GET(j, "name", &t.name);
+  absl::Status name_ok = ValidateTensorName(t.name);
+  if (!name_ok.ok()) return Corrupt(path, absl::StrCat("tensor #", index, ": ", name_ok.message()));
+  const std::string where = absl::StrCat("tensor \"", t.name, "\"");
+  CKPT_GET(j, "dtype", &dtype);
+  auto parsed = DTypeFromName(dtype);
+  if (!parsed.ok()) return Corrupt(path, absl::StrCat(where, ": ", parsed.status().message()));
+  t.dtype = *parsed;
+  auto shape = j.find("shape");
+  if (shape == j.end() || !shape->is_array() || shape->size() > kMaxRank) {
+    return Corrupt(path, absl::StrCat(where, ": shape is missing, not an array or of rank > ", kMaxRank));
+  }
+  for (const Json& dim : *shape) {
+    if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
+      return Corrupt(path, absl::StrCat(where, ": shape has a negative or non-integer dimension"));
+    }
+    t.shape.push_back(dim.get<int64_t>());
+  }
+  CKPT_GET(j, "raw_bytes", &t.raw_bytes);
+  CKPT_GET(j, "stored_bytes", &t.stored_bytes);
+  CKPT_GET(j, "encoding", &t.encoding);
+  CKPT_GET(j, "shard", &t.shard);
+  CKPT_GET(j, "offset", &t.offset);
+  CKPT_GET(j, "xxh3", &xxh3);
+  auto hash = HashFromHex(xxh3);
+  if (!hash.ok()) return Corrupt(path, absl::StrCat(where, ": ", hash.status().message()));
+  t.xxh3 = *hash;
+
+  auto numel = NumElements(t.shape);
+  const uint64_t elem = DTypeSize(t.dtype);
+  if (!numel.ok() || (*numel != 0 && elem > UINT64_MAX / *numel) ||
+      *numel * elem != t.raw_bytes) {
+    return Corrupt(path, absl::StrCat(where, ": shape and dtype do not match raw_bytes ", t.raw_bytes));
+  }
+  if (t.encoding != "raw") {
+    return Corrupt(path, absl::StrCat(where, ": unknown encoding \"", t.encoding, "\""));
+  }
+  if (t.stored_bytes != t.raw_bytes) {
+    return Corrupt(path, absl::StrCat(where, ": raw record stores ", t.stored_bytes,
+                                      " bytes, not raw_bytes ", t.raw_bytes));
+  }
+  auto shard = shards.find(t.shard);
+  if (shard == shards.end()) {
+    return Corrupt(path, absl::StrCat(where, ": shard \"", t.shard, "\" is not listed"));
+  }
+  if (t.offset % alignment != 0 || t.offset > shard->second ||
+      t.stored_bytes > shard->second - t.offset) {
+    return Corrupt(path, absl::StrCat(where, ": record [", t.offset, ", +", t.stored_bytes,
+                                      ") lies outside shard \"", t.shard, "\" of ",
+                                      shard->second, " bytes or is misaligned"));
+  }
+  return t;
+}
+
+}  // namespace
+
+uint64_t Manifest::tensor_bytes() const {
+  uint64_t sum = 0;
+  for (const auto& t : tensors) sum += t.raw_bytes;
+  return sum;
+}
+
+uint64_t Manifest::shard_bytes() const {
+  uint64_t sum = 0;
+  for (const auto& s : shards) sum += s.bytes;
+  return sum;
+}
+
+absl::StatusOr<std::string> SerializeManifest(const Manifest& m) {
+  Json j;
+  j["format_version"] = m.format_version;
+  j["step"] = m.step;
+  j["kind"] = m.kind;
+  j["created_unix_ns"] = m.created_unix_ns;
+  j["writer"] = m.writer;
+  j["alignment"] = m.alignment;
+  Json extras = Json::parse(m.extras_json, nullptr, /*allow_exceptions=*/false);
+  if (extras.is_discarded() || !extras.is_object()) {
+    return absl::InvalidArgumentError("extras are not a JSON object");
+  }
+  j["extras"] = std::move(extras);
+  Json shards = Json::array();
+  for (const ShardInfo& s : m.shards) shards.push_back({{"file", s.file}, {"bytes", s.bytes}});
+  j["shards"] = std::move(shards);
+  Json tensors = Json::array();
+  for (const TensorInfo& t : m.tensors) {
+    tensors.push_back({{"name", t.name},
+                       {"dtype", std::string(DTypeName(t.dtype))},
+                       {"shape", t.shape},
+                       {"shard", t.shard},
+                       {"offset", t.offset},
+                       {"raw_bytes", t.raw_bytes},
+                       {"stored_bytes", t.stored_bytes},
+                       {"encoding", t.encoding},
+                       {"xxh3", HashToHex(t.xxh3)}});
+  }
+  j["tensors"] = std::move(tensors);
+  std::string text;
+  try {
+    text = j.dump(1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::strict);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot encode manifest: ", e.what()));
+  }
+  // `text` ends with "\n}": drop the brace, append the checksum member.
+  text.resize(text.size() - 2);
+  const uint64_t hash = Xxh3(text.data(), text.size());
+  absl::StrAppend(&text, kChecksumHead, HashToHex(hash), kChecksumTail);
+  return text;
+}
+
+absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_view path) {
+  if (contents.size() > kMaxManifestBytes) {
+    return Corrupt(path, absl::StrCat(contents.size(), " bytes exceeds the ", kMaxManifestBytes, " limit"));
+  }
+  if (contents.size() < kChecksumTrailerBytes + 2) return Corrupt(path, "truncated");
+  const size_t body = contents.size() - kChecksumTrailerBytes;
+  if (contents.substr(body, kChecksumHead.size()) != kChecksumHead ||
+      contents.substr(contents.size() - kChecksumTail.size()) != kChecksumTail) {
+    return Corrupt(path, "checksum trailer missing (truncated or not a ckpt manifest)");
+  }
+  auto stored = HashFromHex(contents.substr(body + kChecksumHead.size(), 16));
+  if (!stored.ok()) return Corrupt(path, stored.status().message());
+  const uint64_t actual = Xxh3(contents.data(), body);
+  if (actual != *stored) {
+    return Corrupt(path, absl::StrCat("checksum mismatch: stored ", HashToHex(*stored),
+                                      ", computed ", HashToHex(actual)));
+  }
+  Json j = Json::parse(contents, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Corrupt(path, "not a JSON object");
+
+  Manifest m;
+  CKPT_GET(j, "format_version", &m.format_version);
+  if (m.format_version > kFormatVersion || m.format_version < 1) {
+    return absl::UnimplementedError(absl::StrCat("manifest ", path, ": format version ",
+                                                 m.format_version, " is not supported (this ckpt reads up to ",
+                                                 kFormatVersion, ")"));
+  }
+  CKPT_GET(j, "step", &m.step);
+  CKPT_GET(j, "kind", &m.kind);
+  if (m.kind != "full") return Corrupt(path, absl::StrCat("unknown kind \"", m.kind, "\""));
+  CKPT_GET(j, "created_unix_ns", &m.created_unix_ns);
+  CKPT_GET(j, "writer", &m.writer);
+  CKPT_GET(j, "alignment", &m.alignment);
+  if (m.alignment == 0 || m.alignment % 512 != 0 || m.alignment > (uint64_t{1} << 30)) {
+    return Corrupt(path, absl::StrCat("alignment ", m.alignment, " is invalid"));
+  }
+  auto extras = j.find("extras");
+  if (extras == j.end() || !extras->is_object()) return Corrupt(path, "extras is not an object");
+  m.extras_json = extras->dump();
+
+  auto shards = j.find("shards");
+  if (shards == j.end() || !shards->is_array()) return Corrupt(path, "shards is not an array");
+  std::unordered_map<std::string, uint64_t> shard_bytes;
+  for (const Json& s : *shards) {
+    if (!s.is_object()) return Corrupt(path, "a shard entry is not an object");
+    ShardInfo info;
+    CKPT_GET(s, "file", &info.file);
+    CKPT_GET(s, "bytes", &info.bytes);
+    if (!IsSafeFileName(info.file) || info.file == kManifestName) {
+      return Corrupt(path, absl::StrCat("shard file name \"", absl::CHexEscape(info.file),
+                                        "\" is not a plain file name in the checkpoint"));
+    }
+    if (info.bytes > kMaxShardBytes) {
+      return Corrupt(path, absl::StrCat("shard \"", info.file, "\" claims ", info.bytes, " bytes"));
+    }
+    if (!shard_bytes.emplace(info.file, info.bytes).second) {
+      return Corrupt(path, absl::StrCat("shard \"", info.file, "\" is listed twice"));
+    }
+    m.shards.push_back(std::move(info));
+  }
+
+  auto tensors = j.find("tensors");
+  if (tensors == j.end() || !tensors->is_array()) return Corrupt(path, "tensors is not an array");
+  if (tensors->size() > kMaxTensors) return Corrupt(path, "absurd tensor count");
+  m.tensors.reserve(tensors->size());
+  absl::flat_hash_set<absl::string_view> names;
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    auto t = ParseTensor((*tensors)[i], path, i, shard_bytes, m.alignment);
+    if (!t.ok()) return t.status();
+    m.tensors.push_back(std::move(*t));
+  }
+  for (const TensorInfo& t : m.tensors) {
+    if (!names.insert(t.name).second) {
+      return Corrupt(path, absl::StrCat("tensor \"", t.name, "\" is listed twice"));
+    }
+  }
+  return m;
+}
+
+}  // namespace ckpt::internal

@@ -1,0 +1,57 @@
+// The MANIFEST.json of a checkpoint: what it holds and where. See
+// docs/format.md for the field-by-field description.
+#ifndef CKPT_FORMAT_MANIFEST_H_
+#define CKPT_FORMAT_MANIFEST_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/reader.h"
+
+namespace ckpt::internal {
+
+inline constexpr int kFormatVersion = 1;
+inline constexpr uint64_t kRecordAlignment = 4096;
+// Bounds a reader enforces before it allocates anything a manifest implies.
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 30;
+inline constexpr uint64_t kMaxShardBytes = uint64_t{1} << 50;
+inline constexpr size_t kMaxTensors = 50'000'000;
+inline constexpr size_t kMaxRank = 64;
+
+struct ShardInfo {
+  std::string file;    // a plain file name inside the checkpoint directory
+  uint64_t bytes = 0;  // its exact size on disk
+};
+
+struct Manifest {
+  int format_version = kFormatVersion;
+  int64_t step = 0;
+  std::string kind = "full";
+  int64_t created_unix_ns = 0;
+  std::string writer;  // "ckpt <version>"
+  uint64_t alignment = kRecordAlignment;
+  std::string extras_json = "{}";  // a JSON object
+  std::vector<ShardInfo> shards;
+  std::vector<TensorInfo> tensors;
+
+  uint64_t tensor_bytes() const;
+  uint64_t shard_bytes() const;
+};
+
+// The manifest as file contents: JSON whose last member, "manifest_xxh3", is
+// the XXH3-64 of every byte before the comma that precedes it.
+// REQUIRES: names and extras are valid UTF-8 (checked by the engine).
+absl::StatusOr<std::string> SerializeManifest(const Manifest& manifest);
+
+// Checks the checksum, then parses and bounds-checks everything (names,
+// dtypes, shapes against sizes, shard names, record extents) before the
+// caller allocates anything. Errors are kDataLoss naming `path`, or
+// kUnimplemented for a newer format version.
+absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_view path);
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_FORMAT_MANIFEST_H_

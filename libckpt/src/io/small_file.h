@@ -1,0 +1,29 @@
+// Whole-file helpers for manifests, LATEST and probes, through the seam.
+#ifndef CKPT_IO_SMALL_FILE_H_
+#define CKPT_IO_SMALL_FILE_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "ckpt/file_system.h"
+
+namespace ckpt::internal {
+
+// Reads all of `path`. kDataLoss if it is larger than `max_bytes` (checked
+// before allocating).
+absl::StatusOr<std::string> ReadSmallFile(FileSystem& fs, IoQueue& queue, const std::string& path,
+                                          uint64_t max_bytes);
+
+// Creates `path` (which must not exist), writes `contents`, fsyncs and closes
+// it. Any failure is returned with the path; the file may be left behind.
+absl::Status WriteFileDurably(FileSystem& fs, IoQueue& queue, const std::string& path,
+                              absl::string_view contents);
+
+// Removes `path` and everything below it, ignoring errors.
+void RemoveTreeBestEffort(FileSystem& fs, const std::string& path);
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_IO_SMALL_FILE_H_

@@ -1,0 +1,116 @@
+#include "io/thread_io_queue.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ckpt::internal {
+namespace {
+
+class ThreadIoQueue final : public IoQueue {
+ public:
+  explicit ThreadIoQueue(size_t depth) : depth_(depth) {
+    size_t threads = std::min<size_t>(depth, 16);
+    workers_.reserve(threads);
+    for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  }
+
+  ~ThreadIoQueue() override {
+    {
+      absl::MutexLock lock(&mu_);
+      // Let transfers already started finish: their buffers are the caller's.
+      mu_.Await(absl::Condition(
+          +[](ThreadIoQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->pending_.empty() && q->running_ == 0; },
+          this));
+      stopping_ = true;
+    }
+    for (auto& t : workers_) t.join();
+  }
+
+  absl::string_view name() const override { return "threads"; }
+  size_t depth() const override { return depth_; }
+
+  absl::Status RegisterBuffers(std::span<const iovec>) override {
+    return absl::UnimplementedError("thread pool queue has no registered buffers");
+  }
+
+  absl::Status Submit(std::span<const IoOp> ops) override {
+    absl::MutexLock lock(&mu_);
+    if (in_flight_ + ops.size() > depth_) {
+      return absl::InternalError(absl::StrCat("thread queue over depth: ", in_flight_, " + ",
+                                              ops.size(), " > ", depth_));
+    }
+    for (const IoOp& op : ops) pending_.push_back(op);
+    in_flight_ += ops.size();
+    return absl::OkStatus();
+  }
+
+  absl::Status Reap(size_t min_complete, std::vector<IoCompletion>* out) override {
+    absl::MutexLock lock(&mu_);
+    min_complete = std::min(min_complete, in_flight_);
+    struct Args {
+      ThreadIoQueue* q;
+      size_t min;
+    } args{this, min_complete};
+    mu_.Await(absl::Condition(
+        +[](Args* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->q->mu_) { return a->q->done_.size() >= a->min; },
+        &args));
+    in_flight_ -= done_.size();
+    out->insert(out->end(), done_.begin(), done_.end());
+    done_.clear();
+    return absl::OkStatus();
+  }
+
+ private:
+  void Work() {
+    while (true) {
+      IoOp op;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](ThreadIoQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->stopping_ || !q->pending_.empty(); },
+            this));
+        if (pending_.empty()) return;
+        op = pending_.front();
+        pending_.pop_front();
+        ++running_;
+      }
+      // One system call, reported as the kernel reported it: the caller
+      // retries short transfers and EINTR.
+      ssize_t n = op.kind == IoOp::Kind::kWrite
+                      ? ::pwrite(op.file->native_handle(), op.buf, op.length,
+                                 static_cast<off_t>(op.offset))
+                      : ::pread(op.file->native_handle(), op.buf, op.length,
+                                static_cast<off_t>(op.offset));
+      int64_t result = n >= 0 ? n : -errno;
+      absl::MutexLock lock(&mu_);
+      --running_;
+      done_.push_back(IoCompletion{op.tag, result});
+    }
+  }
+
+  const size_t depth_;
+  absl::Mutex mu_;
+  std::deque<IoOp> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<IoCompletion> done_ ABSL_GUARDED_BY(mu_);
+  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<IoQueue>> NewThreadIoQueue(size_t depth) {
+  return std::make_unique<ThreadIoQueue>(depth);
+}
+
+}  // namespace ckpt::internal

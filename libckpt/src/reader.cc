@@ -1,0 +1,381 @@
+#include "ckpt/reader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "ckpt/catalog.h"
+#include "format/manifest.h"
+#include "format/names.h"
+#include "io/backend.h"
+#include "io/chunk_pool.h"
+#include "io/io_executor.h"
+#include "read/load_manifest.h"
+#include "util/hash.h"
+#include "util/log.h"
+#include "util/status_macros.h"
+
+namespace ckpt {
+namespace {
+
+using namespace internal;  // NOLINT: the reader is glue over the internals
+
+constexpr uint64_t kAlign = kDirectIoAlignment;
+uint64_t AlignDown(uint64_t n) { return n / kAlign * kAlign; }
+uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlign == 0; }
+
+absl::Status ChecksumMismatch(const std::string& dir, const TensorInfo& t, uint64_t actual) {
+  return absl::DataLossError(absl::StrCat(
+      "tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard), " at offset ", t.offset,
+      ": checksum mismatch (manifest ", HashToHex(t.xxh3), ", data ", HashToHex(actual), ")"));
+}
+
+class ReaderImpl final : public Reader {
+ public:
+  ReaderImpl(std::shared_ptr<FileSystem> fs, IoOptions io, std::string dir, Manifest manifest,
+             internal::IoBackend backend)
+      : fs_(std::move(fs)),
+        io_(io),
+        dir_(std::move(dir)),
+        manifest_(std::move(manifest)),
+        backend_(std::move(backend)) {
+    for (size_t i = 0; i < manifest_.tensors.size(); ++i) index_[manifest_.tensors[i].name] = i;
+  }
+
+  int64_t step() const override { return manifest_.step; }
+  const std::string& dir() const override { return dir_; }
+  const std::string& extras_json() const override { return manifest_.extras_json; }
+  const std::vector<TensorInfo>& tensors() const override { return manifest_.tensors; }
+  const TensorInfo* Find(absl::string_view name) const override {
+    auto it = index_.find(std::string(name));
+    return it == index_.end() ? nullptr : &manifest_.tensors[it->second];
+  }
+
+  absl::Status ReadInto(std::span<const ReadTarget> targets) override;
+  absl::StatusOr<Tensor> Read(absl::string_view name) override;
+  absl::StatusOr<std::vector<Tensor>> ReadAll() override;
+  absl::Status Verify() override;
+
+ private:
+  // One transfer of a `ReadInto`: either straight into the caller's memory,
+  // or into a pool chunk that is then copied there.
+  struct Part {
+    size_t job = 0;
+    char* dst = nullptr;      // where the bytes finally go
+    size_t copy_bytes = 0;    // bytes to copy from `chunk` (0: read in place)
+    size_t chunk = SIZE_MAX;  // pool chunk used, if any
+  };
+  struct Job {
+    const TensorInfo* info = nullptr;
+    char* dst = nullptr;
+    size_t parts_left = 0;
+  };
+
+  absl::StatusOr<File*> GetFile(const std::string& shard);
+  absl::Status EnsurePool();
+  absl::Status TakeChunk(IoExecutor& io, size_t* chunk);
+  absl::Status Complete(uint64_t part_tag);
+  absl::Status FinishJob(Job& job);
+
+  const std::shared_ptr<FileSystem> fs_;
+  const IoOptions io_;
+  const std::string dir_;
+  const Manifest manifest_;
+  internal::IoBackend backend_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::unique_ptr<File>> files_;
+  std::optional<ChunkPool> pool_;
+  std::vector<size_t> free_chunks_;
+  std::vector<Part> parts_;
+  std::vector<Job> jobs_;
+};
+
+absl::StatusOr<File*> ReaderImpl::GetFile(const std::string& shard) {
+  auto it = files_.find(shard);
+  if (it != files_.end()) return it->second.get();
+  const std::string path = JoinPath(dir_, shard);
+  OpenOptions options;
+  options.direct = backend_.direct;
+  auto file = fs_->Open(path, options);
+  if (!file.ok() && options.direct && file.status().code() == absl::StatusCode::kInvalidArgument &&
+      io_.direct == DirectIoMode::kAuto) {
+    Log(LogLevel::kInfo, absl::StrCat(dir_, " refuses O_DIRECT; reading buffered"));
+    backend_.direct = false;
+    options.direct = false;
+    file = fs_->Open(path, options);
+  }
+  if (!file.ok()) return file.status();
+  return (files_[shard] = std::move(*file)).get();
+}
+
+absl::Status ReaderImpl::EnsurePool() {
+  if (pool_.has_value()) return absl::OkStatus();
+  CKPT_ASSIGN_OR_RETURN(ChunkPool pool, ChunkPool::Create(io_.chunk_bytes, io_.buffer_bytes,
+                                                          backend_.queue.get()));
+  pool_.emplace(std::move(pool));
+  for (size_t i = pool_->count(); i > 0; --i) free_chunks_.push_back(i - 1);
+  return absl::OkStatus();
+}
+
+absl::Status ReaderImpl::TakeChunk(IoExecutor& io, size_t* chunk) {
+  CKPT_RETURN_IF_ERROR(EnsurePool());
+  while (free_chunks_.empty()) {
+    std::vector<uint64_t> done;
+    CKPT_RETURN_IF_ERROR(io.Poll(/*block=*/true, &done));
+    for (uint64_t tag : done) CKPT_RETURN_IF_ERROR(Complete(tag));
+  }
+  *chunk = free_chunks_.back();
+  free_chunks_.pop_back();
+  return absl::OkStatus();
+}
+
+absl::Status ReaderImpl::FinishJob(Job& job) {
+  const uint64_t actual = Xxh3(job.dst, job.info->raw_bytes);
+  if (actual != job.info->xxh3) return ChecksumMismatch(dir_, *job.info, actual);
+  return absl::OkStatus();
+}
+
+absl::Status ReaderImpl::Complete(uint64_t part_tag) {
+  Part& part = parts_[part_tag];
+  if (part.chunk != SIZE_MAX) {
+    std::memcpy(part.dst, pool_->chunk(part.chunk), part.copy_bytes);
+    free_chunks_.push_back(part.chunk);
+    part.chunk = SIZE_MAX;
+  }
+  Job& job = jobs_[part.job];
+  if (--job.parts_left == 0) return FinishJob(job);
+  return absl::OkStatus();
+}
+
+absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
+  jobs_.clear();
+  parts_.clear();
+  jobs_.reserve(targets.size());
+  for (const ReadTarget& target : targets) {
+    const TensorInfo* info = Find(target.name);
+    if (info == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no tensor \"", target.name, "\" in ", dir_));
+    }
+    if (target.capacity < info->raw_bytes || (info->raw_bytes > 0 && target.data == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", target.name, "\" needs ",
+                                                     info->raw_bytes, " bytes, target has ",
+                                                     target.capacity));
+    }
+    jobs_.push_back(Job{info, static_cast<char*>(target.data), 0});
+  }
+  absl::Status status;
+  {
+    IoExecutor io(backend_.queue.get(), io_.chunk_bytes);
+    auto poll = [&](bool block) -> absl::Status {
+      std::vector<uint64_t> done;
+      absl::Status s = io.Poll(block, &done);
+      for (uint64_t tag : done) {
+        absl::Status c = Complete(tag);
+        if (s.ok()) s = c;
+      }
+      return s;
+    };
+    for (size_t j = 0; j < jobs_.size() && status.ok(); ++j) {
+      Job& job = jobs_[j];
+      const TensorInfo& t = *job.info;
+      auto file = GetFile(t.shard);
+      if (!file.ok()) {
+        status = file.status();
+        break;
+      }
+      if (t.raw_bytes == 0) {
+        status = FinishJob(job);
+        continue;
+      }
+      job.parts_left = 1;  // held until every part is started
+      auto add_part = [&](Part part, uint64_t offset, void* buf, size_t length, size_t required,
+                          int buf_index) {
+        parts_.push_back(part);
+        ++job.parts_left;
+        return io.Start(IoOp::Kind::kRead, *file, offset, buf, length, parts_.size() - 1,
+                        buf_index, required);
+      };
+      if (!(*file)->direct()) {
+        status = add_part(Part{j, job.dst}, t.offset, job.dst, t.raw_bytes, t.raw_bytes, -1);
+      } else if (IsAligned(job.dst)) {
+        // Whole blocks straight into place; the final partial block through a chunk.
+        const uint64_t body = AlignDown(t.raw_bytes);
+        if (body > 0) status = add_part(Part{j, job.dst}, t.offset, job.dst, body, body, -1);
+        const uint64_t tail = t.raw_bytes - body;
+        size_t chunk = 0;
+        if (status.ok() && tail > 0) status = TakeChunk(io, &chunk);
+        if (status.ok() && tail > 0) {
+          status = add_part(Part{j, job.dst + body, tail, chunk}, t.offset + body,
+                            pool_->chunk(chunk), kAlign, tail, pool_->buf_index(chunk));
+        }
+      } else {
+        for (uint64_t done = 0; done < t.raw_bytes && status.ok();) {
+          const uint64_t n = std::min<uint64_t>(io_.chunk_bytes, t.raw_bytes - done);
+          size_t chunk = 0;
+          status = TakeChunk(io, &chunk);
+          if (status.ok()) {
+            status = add_part(Part{j, job.dst + done, n, chunk}, t.offset + done,
+                              pool_->chunk(chunk), AlignUp(n), n, pool_->buf_index(chunk));
+          }
+          done += n;
+        }
+      }
+      if (status.ok() && --job.parts_left == 0) status = FinishJob(job);
+      if (status.ok()) status = poll(/*block=*/false);
+    }
+    while (status.ok() && io.transfers_in_flight() > 0) status = poll(/*block=*/true);
+    std::vector<uint64_t> rest;
+    absl::Status drained = io.Drain(&rest);
+    if (status.ok()) status = drained;
+    for (uint64_t tag : rest) {
+      absl::Status c = Complete(tag);
+      if (status.ok()) status = c;
+    }
+  }
+  // Return every chunk, including those of abandoned parts.
+  if (pool_.has_value()) {
+    free_chunks_.clear();
+    for (size_t i = pool_->count(); i > 0; --i) free_chunks_.push_back(i - 1);
+  }
+  return status;
+}
+
+absl::StatusOr<Tensor> ReaderImpl::Read(absl::string_view name) {
+  const TensorInfo* info = Find(name);
+  if (info == nullptr) return absl::NotFoundError(absl::StrCat("no tensor \"", name, "\" in ", dir_));
+  Tensor tensor{info->name, info->dtype, info->shape, {}};
+  CKPT_ASSIGN_OR_RETURN(tensor.bytes, AlignedBytes::Allocate(info->raw_bytes, false));
+  ReadTarget target{info->name, tensor.bytes.data(), tensor.bytes.size()};
+  CKPT_RETURN_IF_ERROR(ReadInto({&target, 1}));
+  return tensor;
+}
+
+absl::StatusOr<std::vector<Tensor>> ReaderImpl::ReadAll() {
+  std::vector<Tensor> tensors;
+  std::vector<ReadTarget> targets;
+  tensors.reserve(manifest_.tensors.size());
+  for (const TensorInfo& info : manifest_.tensors) {
+    Tensor tensor{info.name, info.dtype, info.shape, {}};
+    CKPT_ASSIGN_OR_RETURN(tensor.bytes, AlignedBytes::Allocate(info.raw_bytes, false));
+    targets.push_back(ReadTarget{info.name, tensor.bytes.data(), tensor.bytes.size()});
+    tensors.push_back(std::move(tensor));
+  }
+  CKPT_RETURN_IF_ERROR(ReadInto(targets));
+  return tensors;
+}
+
+absl::Status ReaderImpl::Verify() {
+  CKPT_RETURN_IF_ERROR(EnsurePool());
+  // Pieces are consumed strictly in order (the hash is streamed), while up to
+  // a pool's worth of them is in flight.
+  struct Piece {
+    size_t tensor;
+    uint64_t start;  // within the record
+    size_t bytes;
+    size_t chunk;
+    bool done;
+  };
+  std::vector<Piece> ring;  // window of started pieces, oldest first
+  size_t head = 0;
+  Xxh3Stream hash;
+  absl::Status status;
+  IoExecutor io(backend_.queue.get(), io_.chunk_bytes);
+  std::vector<uint64_t> done_tags;
+  size_t next_tensor = 0;
+  uint64_t next_start = 0;
+  free_chunks_.clear();
+  for (size_t i = pool_->count(); i > 0; --i) free_chunks_.push_back(i - 1);
+  std::map<size_t, size_t> chunk_to_piece;
+  auto consume = [&]() -> absl::Status {
+    while (head < ring.size() && ring[head].done) {
+      Piece& p = ring[head];
+      const TensorInfo& t = manifest_.tensors[p.tensor];
+      if (p.start == 0) hash.Reset();
+      hash.Update(pool_->chunk(p.chunk), p.bytes);
+      free_chunks_.push_back(p.chunk);
+      if (p.start + p.bytes == t.raw_bytes && hash.Digest() != t.xxh3) {
+        return ChecksumMismatch(dir_, t, hash.Digest());
+      }
+      ++head;
+    }
+    return absl::OkStatus();
+  };
+  while (status.ok()) {
+    // Skip empty tensors (still check their checksum).
+    while (next_tensor < manifest_.tensors.size() && manifest_.tensors[next_tensor].raw_bytes == 0) {
+      const TensorInfo& t = manifest_.tensors[next_tensor];
+      if (Xxh3(nullptr, 0) != t.xxh3) status = ChecksumMismatch(dir_, t, Xxh3(nullptr, 0));
+      ++next_tensor;
+    }
+    if (!status.ok()) break;
+    const bool more = next_tensor < manifest_.tensors.size();
+    if (more && !free_chunks_.empty()) {
+      const TensorInfo& t = manifest_.tensors[next_tensor];
+      auto file = GetFile(t.shard);
+      if (!file.ok()) {
+        status = file.status();
+        break;
+      }
+      const size_t n = std::min<uint64_t>(io_.chunk_bytes, t.raw_bytes - next_start);
+      const size_t chunk = free_chunks_.back();
+      free_chunks_.pop_back();
+      ring.push_back(Piece{next_tensor, next_start, n, chunk, false});
+      chunk_to_piece[chunk] = ring.size() - 1;
+      const size_t length = (*file)->direct() ? AlignUp(n) : n;
+      status = io.Start(IoOp::Kind::kRead, *file, t.offset + next_start, pool_->chunk(chunk),
+                        length, chunk, pool_->buf_index(chunk), n);
+      next_start += n;
+      if (next_start == t.raw_bytes) {
+        ++next_tensor;
+        next_start = 0;
+      }
+      continue;
+    }
+    if (!more && head == ring.size()) break;
+    done_tags.clear();
+    status = io.Poll(/*block=*/true, &done_tags);
+    for (uint64_t chunk : done_tags) ring[chunk_to_piece[chunk]].done = true;
+    if (status.ok()) status = consume();
+  }
+  absl::Status drained = io.Drain();
+  free_chunks_.clear();
+  for (size_t i = pool_->count(); i > 0; --i) free_chunks_.push_back(i - 1);
+  return status.ok() ? drained : status;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
+                                                     const ReaderOptions& options) {
+  std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
+  CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
+  CKPT_ASSIGN_OR_RETURN(internal::IoBackend backend, OpenIoBackend(*fs, options.io, ""));
+  if (options.step.has_value()) {
+    const int64_t step = *options.step;
+    if (!std::binary_search(steps.begin(), steps.end(), step)) {
+      return absl::NotFoundError(absl::StrCat("no checkpoint for step ", step, " in ", root));
+    }
+    const std::string dir = JoinPath(root, CheckpointDirName(step));
+    CKPT_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*fs, *backend.queue, dir, step));
+    return std::unique_ptr<Reader>(
+        new ReaderImpl(fs, options.io, dir, std::move(manifest), std::move(backend)));
+  }
+  std::string skipped;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string dir = JoinPath(root, CheckpointDirName(*it));
+    auto manifest = LoadManifest(*fs, *backend.queue, dir, *it);
+    if (manifest.ok()) {
+      return std::unique_ptr<Reader>(
+          new ReaderImpl(fs, options.io, dir, std::move(*manifest), std::move(backend)));
+    }
+    Log(LogLevel::kWarning, absl::StrCat("skipping step ", *it, ": ", manifest.status().message()));
+    absl::StrAppend(&skipped, skipped.empty() ? "" : "; ", "step ", *it, ": ",
+                    manifest.status().message());
+  }
+  if (skipped.empty()) return absl::NotFoundError(absl::StrCat("no checkpoint in ", root));
+  return absl::DataLossError(absl::StrCat("no readable checkpoint in ", root, " (", skipped, ")"));
+}
+
+}  // namespace ckpt

@@ -1,0 +1,61 @@
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+
+namespace ckpt::testing {
+
+ScratchDir::ScratchDir(const std::string& prefix) {
+  const char* base = getenv("TEST_TMPDIR");
+  std::string templ = std::string(base != nullptr ? base : "/tmp") + "/" + prefix + "-XXXXXX";
+  if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + templ);
+  path_ = templ;
+}
+
+ScratchDir::~ScratchDir() {
+  const char* keep = getenv("CKPT_TEST_KEEP");
+  if (keep != nullptr && std::string(keep) == "1") return;
+  RemoveTree(path_);
+}
+
+void RemoveTree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+void FillRandom(std::vector<uint8_t>& bytes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t v = rng();
+    for (int b = 0; b < 8; ++b) bytes[i + b] = static_cast<uint8_t>(v >> (8 * b));
+  }
+  uint64_t v = rng();
+  for (; i < bytes.size(); ++i, v >>= 8) bytes[i] = static_cast<uint8_t>(v);
+}
+
+OwnedTensor RandomTensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                         uint64_t seed) {
+  OwnedTensor t{name, dtype, std::move(shape), {}};
+  uint64_t n = 1;
+  for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+  t.bytes.resize(n * DTypeSize(dtype));
+  FillRandom(t.bytes, seed);
+  if (dtype == DType::kBool) {
+    for (auto& b : t.bytes) b &= 1;
+  }
+  return t;
+}
+
+std::vector<TensorView> Views(const std::vector<OwnedTensor>& tensors) {
+  std::vector<TensorView> views;
+  views.reserve(tensors.size());
+  for (const auto& t : tensors) views.push_back(t.view());
+  return views;
+}
+
+}  // namespace ckpt::testing

@@ -1,0 +1,50 @@
+// Shared helpers for ckpt's tests: scratch directories and random tensors.
+#ifndef CKPT_TESTS_TEST_UTIL_H_
+#define CKPT_TESTS_TEST_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/tensor.h"
+
+namespace ckpt::testing {
+
+// `ScratchDir` is a fresh directory under $TEST_TMPDIR (or /tmp on the same
+// disk as the build when unset), removed with everything in it on
+// destruction unless CKPT_TEST_KEEP=1.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix = "ckpt-test");
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string Join(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// An owned tensor with deterministic pseudo-random contents.
+struct OwnedTensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+
+  TensorView view() const { return TensorView{name, dtype, shape, bytes.data(), bytes.size()}; }
+};
+
+// Fills `bytes` with pseudo-random bytes from `seed`.
+void FillRandom(std::vector<uint8_t>& bytes, uint64_t seed);
+OwnedTensor RandomTensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                         uint64_t seed);
+std::vector<TensorView> Views(const std::vector<OwnedTensor>& tensors);
+
+// Removes `path` recursively (best effort).
+void RemoveTree(const std::string& path);
+
+}  // namespace ckpt::testing
+
+#endif  // CKPT_TESTS_TEST_UTIL_H_
