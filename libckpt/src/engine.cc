@@ -1,27 +1,36 @@
+// `Engine`: validates saves, stages them (on the caller's thread, or on a
+// background thread in lazy mode), and hands them to the persister.
 #include "ckpt/engine.h"
 
-#include <chrono>
-#include "absl/container/flat_hash_set.h"
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "commit/commit.h"
+#include "engine/metrics.h"
+#include "engine/persister.h"
+#include "engine/save_job.h"
+#include "engine/stager.h"
 #include "format/manifest.h"
 #include "format/names.h"
 #include "format/shard_plan.h"
 #include "io/backend.h"
-#include "io/chunk_pool.h"
-#include "io/small_file.h"
+#include "staging/staging_pool.h"
+#include "util/log.h"
 #include "util/status_macros.h"
-#include "write/shard_writer.h"
 
 namespace ckpt {
 namespace {
 
 using namespace internal;  // NOLINT: the engine is the glue of the internals
+
+constexpr char kWriter[] = "ckpt 0.1.0";
 
 absl::Status ValidateSave(int64_t step, std::span<const TensorView> tensors,
                           absl::string_view extras_json) {
@@ -54,29 +63,116 @@ absl::Status ValidateSave(int64_t step, std::span<const TensorView> tensors,
     if (t.nbytes > 0 && t.data == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": data is null"));
     }
+    if (t.device != TensorView::Device::kCpu) {
+      return absl::UnimplementedError(absl::StrCat(
+          where, ": is on a CUDA device, and this build or machine has no CUDA stager"));
+    }
   }
-  auto extras = nlohmann::json::parse(extras_json, nullptr, /*allow_exceptions=*/false);
+  auto extras = nlohmann::json::parse(extras_json.begin(), extras_json.end(), nullptr,
+                                      /*allow_exceptions=*/false);
   if (extras.is_discarded() || !extras.is_object()) {
     return absl::InvalidArgumentError("extras must be a JSON object (valid UTF-8)");
   }
   return absl::OkStatus();
 }
 
+size_t ChunksNeeded(const std::vector<PlannedShard>& plan, size_t chunk_bytes) {
+  size_t n = 0;
+  for (const PlannedShard& s : plan) n += (s.padded_bytes + chunk_bytes - 1) / chunk_bytes;
+  return n;
+}
+
+// Runs `StageJob` for lazily staged saves, in order, on its own thread.
+class LazyStager {
+ public:
+  explicit LazyStager(StagingPool* pool) : pool_(pool), thread_([this] { Run(); }) {}
+  ~LazyStager() { Stop(); }
+  void Enqueue(std::shared_ptr<SaveJob> job) {
+    absl::MutexLock lock(&mu_);
+    jobs_.push_back(std::move(job));
+  }
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      std::shared_ptr<SaveJob> job;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](LazyStager* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stopping_ || !s->jobs_.empty(); },
+            this));
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job->FinishStaging(StageJob(*job, *pool_));
+    }
+  }
+
+  StagingPool* const pool_;
+  absl::Mutex mu_;
+  std::deque<std::shared_ptr<SaveJob>> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::string root, EngineOptions options, std::shared_ptr<FileSystem> fs,
-             internal::IoBackend backend, ChunkPool pool)
+             internal::IoBackend backend)
       : root_(std::move(root)),
         options_(std::move(options)),
         fs_(std::move(fs)),
         backend_(std::move(backend)),
-        pool_(std::move(pool)) {}
+        pool_(options_.io.chunk_bytes),
+        metrics_(fs_.get(), backend_.queue.get(), options_.metrics_jsonl_path,
+                 options_.prometheus_textfile_path) {}
 
-  absl::StatusOr<SaveStats> Save(int64_t step, std::span<const TensorView> tensors,
-                                 absl::string_view extras_json) override {
-    const auto start = std::chrono::steady_clock::now();
+  absl::Status Start() {
+    if (options_.staging_bytes > 0) {
+      const size_t chunks = std::max<size_t>(
+          2, (options_.staging_bytes + options_.io.chunk_bytes - 1) / options_.io.chunk_bytes);
+      CKPT_RETURN_IF_ERROR(pool_.Resize(chunks, backend_.queue.get()));
+    }
+    PersisterContext ctx{fs_.get(), backend_.queue.get(), &pool_, root_, backend_.direct,
+                         backend_.description, kWriter};
+    persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job) { OnSaveDone(job); });
+    if (options_.lazy_staging) lazy_ = std::make_unique<LazyStager>(&pool_);
+    if (options_.watchdog_timeout > absl::ZeroDuration()) {
+      watchdog_ = std::thread([this] { Watch(); });
+    }
+    return absl::OkStatus();
+  }
+
+  ~EngineImpl() override {
+    absl::Status s = Close(CloseMode::kWait);
+    if (!s.ok()) {
+      Log(LogLevel::kError, absl::StrCat("engine for ", root_,
+                                         " destroyed with an unreported save error: ", s.message()));
+    }
+  }
+
+  absl::StatusOr<std::shared_ptr<SaveHandle>> SaveAsync(int64_t step,
+                                                        std::span<const TensorView> tensors,
+                                                        absl::string_view extras_json) override {
+    const Clock::time_point start = Clock::now();
     CKPT_RETURN_IF_ERROR(ValidateSave(step, tensors, extras_json));
-    absl::MutexLock lock(&mu_);
+    CKPT_RETURN_IF_ERROR(TakeUnreportedError());
+    absl::MutexLock staging_lock(&staging_mu_);
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) return absl::FailedPreconditionError(absl::StrCat("engine for ", root_, " is closed"));
+      if (steps_in_flight_.contains(step)) {
+        return absl::AlreadyExistsError(absl::StrCat("step ", step, " is already being saved"));
+      }
+    }
     const std::string final_name = CheckpointDirName(step);
     auto existing = fs_->Stat(JoinPath(root_, final_name));
     if (existing.ok()) {
@@ -87,74 +183,195 @@ class EngineImpl final : public Engine {
 
     std::vector<PlannedShard> plan =
         PlanShards(tensors, options_.shard_min_bytes, options_.shard_max_bytes);
-    const std::string temp_dir = JoinPath(root_, TempDirName(step, absl::Uniform<uint64_t>(gen_)));
-    CKPT_RETURN_IF_ERROR(fs_->CreateDir(temp_dir));
-    Manifest manifest;
-    absl::Status status = WriteCheckpointFiles(step, tensors, extras_json, plan, temp_dir, &manifest);
-    if (status.ok()) {
-      status = CommitCheckpoint(*fs_, *backend_.queue, root_, temp_dir, final_name);
+    const size_t needed = ChunksNeeded(plan, pool_.chunk_bytes());
+    size_t in_flight;
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight = inflight_.size();
     }
-    if (!status.ok()) {
-      RemoveTreeBestEffort(*fs_, temp_dir);
-      return Annotate(status, absl::StrCat("save of step ", step, " in ", root_));
+    if (in_flight == 0 && (pool_.count() < 2 || (options_.staging_bytes == 0 && pool_.count() < needed))) {
+      CKPT_RETURN_IF_ERROR(pool_.Resize(std::max<size_t>(needed, 2), backend_.queue.get()));
     }
-    SaveStats stats;
-    stats.step = step;
-    stats.dir = JoinPath(root_, final_name);
-    stats.tensor_bytes = manifest.tensor_bytes();
-    stats.file_bytes = manifest.shard_bytes();
-    stats.tensor_count = tensors.size();
-    stats.shard_count = plan.size();
-    stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    stats.backend = backend_.description;
-    return stats;
+    auto job = std::make_shared<SaveJob>(
+        step, std::string(extras_json), std::vector<TensorView>(tensors.begin(), tensors.end()),
+        std::move(plan), final_name, JoinPath(root_, TempDirName(step, NextNonce())));
+    job->start_time = start;
+    if (options_.when_busy == EngineOptions::BusyPolicy::kSkip && in_flight > 0 &&
+        pool_.free_count() < needed) {
+      SaveStats stats;
+      stats.step = step;
+      stats.blocked_s = SecondsSince(start);
+      stats.backend = backend_.description;
+      job->MarkSkipped(stats);
+      absl::MutexLock lock(&mu_);
+      ++stats_.saves_started;
+      ++stats_.saves_skipped;
+      stats_.last = stats;
+      Log(LogLevel::kInfo, absl::StrCat("skipped save of step ", step, ": staging memory busy"));
+      return job;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      ++stats_.saves_started;
+      inflight_.push_back(job);
+      steps_in_flight_.insert(step);
+    }
+    persister_->Enqueue(job);
+    if (lazy_ != nullptr) {
+      job->blocked_s = SecondsSince(start);
+      lazy_->Enqueue(job);
+      return job;
+    }
+    absl::Status staged = StageJob(*job, pool_);
+    job->blocked_s = SecondsSince(start);
+    job->FinishStaging(staged);
+    if (!staged.ok()) {
+      job->MarkErrorReported();
+      return staged;
+    }
+    return job;
+  }
+
+  absl::StatusOr<SaveStats> Save(int64_t step, std::span<const TensorView> tensors,
+                                 absl::string_view extras_json) override {
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<SaveHandle> handle, SaveAsync(step, tensors, extras_json));
+    CKPT_RETURN_IF_ERROR(handle->Wait());
+    return handle->stats();
+  }
+
+  absl::Status Close(CloseMode mode) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) return absl::OkStatus();
+      closed_ = true;
+      if (mode == CloseMode::kCancel) {
+        for (auto& job : inflight_) job->abort = true;
+      }
+    }
+    if (mode == CloseMode::kCancel) pool_.Cancel();
+    if (lazy_ != nullptr) lazy_->Stop();
+    absl::MutexLock staging_lock(&staging_mu_);  // no save is staging past this point
+    persister_->Stop(mode == CloseMode::kCancel);
+    {
+      absl::MutexLock lock(&mu_);
+      watchdog_stop_ = true;
+    }
+    if (watchdog_.joinable()) watchdog_.join();
+    return TakeUnreportedError();
+  }
+
+  EngineStats stats() const override {
+    absl::MutexLock lock(&mu_);
+    EngineStats s = stats_;
+    s.saves_in_flight = inflight_.size();
+    s.staging_bytes = pool_.count() * pool_.chunk_bytes();
+    s.staging_bytes_free = pool_.free_count() * pool_.chunk_bytes();
+    s.staging_memory = PinKindName(pool_.pin_kind());
+    return s;
   }
 
   const std::string& root() const override { return root_; }
   absl::string_view backend() const override { return backend_.description; }
 
  private:
-  absl::Status WriteCheckpointFiles(int64_t step, std::span<const TensorView> tensors,
-                                    absl::string_view extras_json,
-                                    const std::vector<PlannedShard>& plan,
-                                    const std::string& temp_dir, Manifest* manifest)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::vector<uint64_t> hashes;
-    CKPT_RETURN_IF_ERROR(WriteShards(*fs_, *backend_.queue, backend_.direct, pool_, temp_dir,
-                                     tensors, plan, &hashes));
-    manifest->step = step;
-    manifest->created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count();
-    manifest->writer = "ckpt 0.1.0";
-    manifest->extras_json = std::string(extras_json);
-    manifest->tensors.resize(tensors.size());
-    for (const PlannedShard& shard : plan) {
-      manifest->shards.push_back(ShardInfo{shard.file, shard.file_bytes});
-      for (const PlannedRecord& r : shard.records) {
-        const TensorView& t = tensors[r.tensor];
-        TensorInfo& info = manifest->tensors[r.tensor];
-        info.name = t.name;
-        info.dtype = t.dtype;
-        info.shape = t.shape;
-        info.raw_bytes = t.nbytes;
-        info.stored_bytes = t.nbytes;
-        info.encoding = "raw";
-        info.shard = shard.file;
-        info.offset = r.offset;
-        info.xxh3 = hashes[r.tensor];
+  uint64_t NextNonce() {
+    absl::MutexLock lock(&mu_);
+    return absl::Uniform<uint64_t>(gen_);
+  }
+
+  // The first failure no handle reported, annotated; marks it reported.
+  absl::Status TakeUnreportedError() {
+    absl::MutexLock lock(&mu_);
+    while (!failed_.empty()) {
+      std::shared_ptr<SaveJob> job = std::move(failed_.front());
+      failed_.pop_front();
+      if (job->error_reported()) continue;
+      job->MarkErrorReported();
+      absl::Status s = job->outcome();
+      return absl::Status(s.code(), absl::StrCat("an earlier save failed: ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Persister thread, after each save.
+  void OnSaveDone(SaveJob& job) {
+    const SaveStats s = job.stats();
+    const absl::Status outcome = job.outcome();
+    EngineStats snapshot;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = std::find_if(inflight_.begin(), inflight_.end(),
+                             [&](const auto& j) { return j.get() == &job; });
+      std::shared_ptr<SaveJob> owned;
+      if (it != inflight_.end()) {
+        owned = *it;
+        inflight_.erase(it);
+      }
+      steps_in_flight_.erase(job.step());
+      if (outcome.ok()) {
+        ++stats_.saves_committed;
+        stats_.bytes_committed += s.file_bytes;
+      } else {
+        ++stats_.saves_failed;
+        if (owned != nullptr) failed_.push_back(owned);
+      }
+      stats_.last = s;
+      snapshot = stats_;
+      snapshot.saves_in_flight = inflight_.size();
+    }
+    snapshot.staging_bytes = pool_.count() * pool_.chunk_bytes();
+    if (!outcome.ok()) Log(LogLevel::kError, outcome.message());
+    if (metrics_.has_jsonl()) {
+      absl::Status m = metrics_.AppendJsonLine(SaveStatsJson(s, outcome));
+      if (!m.ok()) Log(LogLevel::kWarning, absl::StrCat("metrics log: ", m.message()));
+    }
+    if (metrics_.has_prometheus()) {
+      absl::Status m = metrics_.WritePrometheus(PrometheusText(snapshot, root_));
+      if (!m.ok()) Log(LogLevel::kWarning, absl::StrCat("prometheus textfile: ", m.message()));
+    }
+  }
+
+  void Watch() {
+    const absl::Duration timeout = options_.watchdog_timeout;
+    const absl::Duration period =
+        std::clamp(timeout / 4, absl::Milliseconds(10), absl::Seconds(1));
+    absl::MutexLock lock(&mu_);
+    while (!watchdog_stop_) {
+      mu_.AwaitWithTimeout(absl::Condition(&watchdog_stop_), period);
+      if (watchdog_stop_ || inflight_.empty()) continue;
+      std::shared_ptr<SaveJob> job = inflight_.front();
+      const absl::Duration idle = absl::FromChrono(job->since_progress());
+      if (idle < timeout || job->stall_reported.exchange(true)) continue;
+      ++stats_.watchdog_stalls;
+      Log(LogLevel::kWarning, absl::StrCat("watchdog: save of step ", job->step(), " in ", root_,
+                                           " made no progress for ", absl::FormatDuration(idle)));
+      if (options_.on_stall) {
+        mu_.Unlock();
+        options_.on_stall(job->step(), idle);
+        mu_.Lock();
       }
     }
-    CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(*manifest));
-    return WriteFileDurably(*fs_, *backend_.queue, JoinPath(temp_dir, kManifestName), contents);
   }
 
   const std::string root_;
   const EngineOptions options_;
   const std::shared_ptr<FileSystem> fs_;
-  absl::Mutex mu_;
-  internal::IoBackend backend_ ABSL_GUARDED_BY(mu_);
-  ChunkPool pool_ ABSL_GUARDED_BY(mu_);
+  internal::IoBackend backend_;
+  StagingPool pool_;
+  MetricsSink metrics_;  // persister thread only
+  std::unique_ptr<Persister> persister_;
+  std::unique_ptr<LazyStager> lazy_;
+  std::thread watchdog_;
+
+  // Serializes planning and staging, so saves stage and persist in order.
+  absl::Mutex staging_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool watchdog_stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::shared_ptr<SaveJob>> inflight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int64_t> steps_in_flight_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<SaveJob>> failed_ ABSL_GUARDED_BY(mu_);
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
   absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -166,6 +383,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
   if (options.shard_min_bytes > options.shard_max_bytes) {
     return absl::InvalidArgumentError("shard_min_bytes is larger than shard_max_bytes");
+  }
+  if (options.compression_level < 0 || options.compression_level > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compression_level ", options.compression_level, " is not in 0..19"));
   }
   auto stat = fs->Stat(root);
   if (!stat.ok() && stat.status().code() == absl::StatusCode::kNotFound && options.create_root) {
@@ -180,11 +401,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
     return absl::FailedPreconditionError(absl::StrCat("checkpoint root ", root, " is not a directory"));
   }
   CKPT_ASSIGN_OR_RETURN(internal::IoBackend backend, OpenIoBackend(*fs, options.io, root));
-  CKPT_ASSIGN_OR_RETURN(ChunkPool pool, ChunkPool::Create(options.io.chunk_bytes,
-                                                          options.io.buffer_bytes,
-                                                          backend.queue.get()));
-  return std::unique_ptr<Engine>(
-      new EngineImpl(root, options, std::move(fs), std::move(backend), std::move(pool)));
+  auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(backend));
+  CKPT_RETURN_IF_ERROR(engine->Start());
+  return std::unique_ptr<Engine>(std::move(engine));
 }
 
 }  // namespace ckpt

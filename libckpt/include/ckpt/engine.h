@@ -1,62 +1,129 @@
-// ckpt/engine.h: writes checkpoints into a root directory.
+// ckpt/engine.h: writes checkpoints into a root directory, in the background.
 //
 //   ckpt::EngineOptions options;
 //   auto engine = ckpt::Engine::Open("/ckpt/run1", options);
-//   if (!engine.ok()) return engine.status();
-//   std::vector<ckpt::TensorView> tensors = {
-//       {"model.fc.weight", ckpt::DType::kFloat32, {4096, 4096}, w, 4096 * 4096 * 4}};
-//   auto stats = (*engine)->Save(/*step=*/1200, tensors, R"({"epoch": 3})");
+//   ...
+//   // In the training loop, every N steps:
+//   auto handle = (*engine)->SaveAsync(step, tensors, R"({"epoch": 3})");
+//   if (!handle.ok()) return handle.status();   // e.g. an earlier save failed
+//   // Returns once the tensors are copied into staging memory: the caller may
+//   // mutate them now. The shard files are written and committed behind it.
+//   ...
+//   absl::Status durable = (*handle)->Wait();   // committed, or why not
 //
-// A save is atomic: when `Save` returns OK, `ROOT/step-<step>` is complete,
-// fsynced and visible; when it returns an error (or the process dies), no
-// part of it is visible and earlier checkpoints are untouched.
+// A save is atomic: when it commits, `ROOT/step-<step>` is complete, fsynced
+// and visible; when it fails (or the process dies), no part of it is visible
+// and earlier checkpoints are untouched.
 #ifndef CKPT_ENGINE_H_
 #define CKPT_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "ckpt/options.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt {
 
-// What one save did.
+// What one save did. Times are seconds.
 struct SaveStats {
   int64_t step = 0;
   std::string dir;              // the committed checkpoint directory
+  bool skipped = false;         // dropped by `BusyPolicy::kSkip`; nothing was written
   uint64_t tensor_bytes = 0;    // sum of the tensors' sizes
   uint64_t file_bytes = 0;      // bytes of shard files on disk
   size_t tensor_count = 0;
   size_t shard_count = 0;
-  double seconds = 0;           // whole save, commit included
+  double blocked_s = 0;         // how long `SaveAsync` held the caller
+  double staging_s = 0;         // copying (and hashing) into staging memory
+  double staging_wait_s = 0;    // part of staging spent waiting for free staging memory
+  double persist_s = 0;         // from the save's first write to its commit
+  double seconds = 0;           // from `SaveAsync` to commit
+  double persist_gbps = 0;      // file_bytes / persist_s, in 1e9 bytes per second
   std::string backend;          // e.g. "io_uring+O_DIRECT"
+};
+
+// Totals over an engine's life.
+struct EngineStats {
+  uint64_t saves_started = 0;
+  uint64_t saves_committed = 0;
+  uint64_t saves_failed = 0;
+  uint64_t saves_skipped = 0;
+  uint64_t bytes_committed = 0;
+  uint64_t watchdog_stalls = 0;
+  size_t saves_in_flight = 0;
+  size_t staging_bytes = 0;       // size of the staging pool now
+  size_t staging_bytes_free = 0;
+  std::string staging_memory;     // "cudaHostRegister", "mlock" or "pageable"
+  SaveStats last;                 // the last save that finished (any outcome)
+};
+
+// One save in flight. Thread-safe; cheap to share.
+class SaveHandle {
+ public:
+  virtual ~SaveHandle() = default;
+  virtual int64_t step() const = 0;
+  // Blocks until the tensors' bytes are in staging memory (or in the GPU's
+  // copy queue ordered before the caller's later work — see TensorView):
+  // after it returns the caller may mutate them. Returns the save's error if
+  // staging failed; OK for a skipped save.
+  virtual absl::Status WaitStaged() = 0;
+  // Blocks until the checkpoint is durably committed, or returns why not.
+  // OK for a skipped save: check `skipped()`.
+  virtual absl::Status Wait() = 0;
+  // True once the save committed, failed, or was skipped. Never blocks.
+  virtual bool Done() const = 0;
+  virtual bool skipped() const = 0;
+  // The save's figures; complete once `Done()`.
+  virtual SaveStats stats() const = 0;
 };
 
 class Engine {
  public:
   // Opens (creating if allowed) the checkpoint root `root`, probes the I/O
-  // backend and allocates the engine's I/O buffers once. Errors: ROOT is not
-  // a directory, cannot be created, or a forced backend is refused.
+  // backend, starts the background threads, and allocates the staging pool
+  // when `options.staging_bytes` fixes its size. Errors: ROOT is not a
+  // directory, cannot be created, or a forced backend is refused.
   static absl::StatusOr<std::unique_ptr<Engine>> Open(const std::string& root,
                                                       const EngineOptions& options);
+  // Waits for saves in flight (like `Close(CloseMode::kWait)`).
   virtual ~Engine() = default;
 
-  // Writes checkpoint `step` holding `tensors` and `extras_json` (a JSON
-  // object kept verbatim in the manifest), and commits it atomically.
-  // Invalid input (a duplicate, empty, NUL-bearing or non-UTF-8 name, a shape
-  // that does not match the byte size, an unknown dtype, a negative step, a
-  // step that already exists, extras that are not a JSON object) is
-  // kInvalidArgument / kAlreadyExists and writes nothing. I/O errors name the
-  // failing path; the partial checkpoint is removed and never becomes visible.
-  // Thread-safe: concurrent saves run one after the other.
+  // Starts saving checkpoint `step` of `tensors` with `extras_json` (a JSON
+  // object kept verbatim in the manifest). Returns after staging (eager
+  // mode) or at once (`EngineOptions::lazy_staging`: the copy runs in the
+  // background; call `WaitStaged()` before mutating the tensors).
+  //
+  // Fails at once, writing nothing, on invalid input (a duplicate, empty,
+  // NUL-bearing or non-UTF-8 name, a shape that does not match the byte
+  // size, an unknown dtype, a negative step, a step that already exists or
+  // is already being saved, extras that are not a JSON object), after
+  // `Close`, or when an earlier save failed and that error was not yet
+  // reported by its handle's `Wait` (the error is returned once, then
+  // cleared). Saves commit in the order they were started.
+  // Thread-safe.
+  virtual absl::StatusOr<std::shared_ptr<SaveHandle>> SaveAsync(
+      int64_t step, std::span<const TensorView> tensors, absl::string_view extras_json = "{}") = 0;
+
+  // `SaveAsync` then `Wait`: returns once the checkpoint is durable.
   virtual absl::StatusOr<SaveStats> Save(int64_t step, std::span<const TensorView> tensors,
                                          absl::string_view extras_json = "{}") = 0;
 
+  enum class CloseMode {
+    kWait,    // finish every save in flight
+    kCancel,  // abandon saves in flight: their temp directories are removed
+  };
+  // Stops the engine. Returns the first background error no handle
+  // reported. Later calls do nothing and return OK.
+  virtual absl::Status Close(CloseMode mode = CloseMode::kWait) = 0;
+
+  virtual EngineStats stats() const = 0;
   virtual const std::string& root() const = 0;
   // The backend chosen at `Open`, e.g. "io_uring+O_DIRECT" or "threads+buffered".
   virtual absl::string_view backend() const = 0;

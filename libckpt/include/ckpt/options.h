@@ -4,9 +4,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
+#include <string>
+
+#include "absl/time/time.h"
 #include "ckpt/file_system.h"
 
 namespace ckpt {
@@ -50,6 +54,42 @@ struct EngineOptions {
   uint64_t shard_max_bytes = uint64_t{256} << 20;
   // Create the root directory (not its parents) when it does not exist.
   bool create_root = true;
+
+  // Staging memory: host memory saves are copied into before they are
+  // written. 0 (default): the pool grows to hold the largest save seen, so a
+  // save never waits for memory unless another is still persisting; the
+  // first save of a size pays for allocating and pre-faulting it. Otherwise
+  // the pool has this fixed size (rounded to chunks), allocated at `Open`; a
+  // larger save streams through it, blocking its caller until the rest is
+  // written.
+  size_t staging_bytes = 0;
+  // (Staging memory is cut into chunks of `io.chunk_bytes`, the unit of
+  // transfer to disk.)
+
+  // What `SaveAsync` does when staging memory is held by earlier saves.
+  enum class BusyPolicy : uint8_t {
+    kWait,  // wait for memory (backpressure)
+    kSkip,  // skip this save: the handle reports `skipped()`
+  };
+  BusyPolicy when_busy = BusyPolicy::kWait;
+  // Return from `SaveAsync` at once and copy in the background.
+  bool lazy_staging = false;
+
+  // zstd level for shard files (1..19); 0 disables compression.
+  int compression_level = 0;
+
+  // A save that makes no progress for this long is reported (log line,
+  // `EngineStats::watchdog_stalls`, `on_stall`). Zero disables the watchdog.
+  absl::Duration watchdog_timeout = absl::Minutes(5);
+  // Called (from the watchdog thread) with the stalled step and how long it
+  // has made no progress. Must not call back into the engine.
+  std::function<void(int64_t step, absl::Duration stalled_for)> on_stall;
+
+  // Append one JSON object per finished save to this file (through `fs`).
+  std::string metrics_jsonl_path;
+  // Rewrite this Prometheus text file (node_exporter textfile collector
+  // format) atomically after every save.
+  std::string prometheus_textfile_path;
 };
 
 struct ReaderOptions {

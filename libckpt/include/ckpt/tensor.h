@@ -27,6 +27,14 @@ struct TensorView {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t nbytes = 0;
+  // Where `data` lives. For `kCuda`, `data` is device memory on
+  // `device_index`, and `stream` is the caller's cudaStream_t (nullptr: the
+  // legacy default stream): the copy waits for work already queued on it, and
+  // work queued on it later waits for the copy.
+  enum class Device : uint8_t { kCpu, kCuda };
+  Device device = Device::kCpu;
+  int device_index = 0;
+  void* stream = nullptr;
 };
 
 // `NumElements` is the product of `shape` (1 for a scalar), or

@@ -1,0 +1,85 @@
+#include "engine/metrics.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "io/io_executor.h"
+#include "io/small_file.h"
+#include "util/status_macros.h"
+
+namespace ckpt::internal {
+
+std::string SaveStatsJson(const SaveStats& s, const absl::Status& status) {
+  nlohmann::ordered_json j;
+  j["step"] = s.step;
+  j["outcome"] = s.skipped ? "skipped" : status.ok() ? "committed" : "failed";
+  if (!status.ok()) j["error"] = std::string(status.ToString());
+  j["dir"] = s.dir;
+  j["tensor_bytes"] = s.tensor_bytes;
+  j["file_bytes"] = s.file_bytes;
+  j["tensors"] = s.tensor_count;
+  j["shards"] = s.shard_count;
+  j["blocked_s"] = s.blocked_s;
+  j["staging_s"] = s.staging_s;
+  j["staging_wait_s"] = s.staging_wait_s;
+  j["persist_s"] = s.persist_s;
+  j["total_s"] = s.seconds;
+  j["persist_gbps"] = s.persist_gbps;
+  j["backend"] = s.backend;
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string PrometheusText(const EngineStats& s, const std::string& root) {
+  std::string label = root;
+  std::string escaped;
+  for (char c : label) {
+    if (c == '\\' || c == '"') escaped.push_back('\\');
+    if (c == '\n') { escaped += "\\n"; continue; }
+    escaped.push_back(c);
+  }
+  const std::string l = absl::StrCat("{root=\"", escaped, "\"}");
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, double value) {
+    absl::StrAppend(&out, "# HELP ckpt_", name, " ", help, "\n# TYPE ckpt_", name, " ", type,
+                    "\nckpt_", name, l, " ", absl::StrFormat("%.9g", value), "\n");
+  };
+  metric("saves_started_total", "counter", "Saves started.", s.saves_started);
+  metric("saves_committed_total", "counter", "Saves durably committed.", s.saves_committed);
+  metric("saves_failed_total", "counter", "Saves that failed.", s.saves_failed);
+  metric("saves_skipped_total", "counter", "Saves skipped because staging memory was busy.", s.saves_skipped);
+  metric("bytes_committed_total", "counter", "Shard bytes of committed saves.", s.bytes_committed);
+  metric("watchdog_stalls_total", "counter", "Saves that made no progress for the watchdog timeout.", s.watchdog_stalls);
+  metric("saves_in_flight", "gauge", "Saves started and not finished.", s.saves_in_flight);
+  metric("staging_bytes", "gauge", "Size of the staging pool.", s.staging_bytes);
+  metric("last_save_step", "gauge", "Step of the last finished save.", s.last.step);
+  metric("last_save_blocked_seconds", "gauge", "Time the last save blocked its caller.", s.last.blocked_s);
+  metric("last_save_persist_seconds", "gauge", "Time the last save took to reach disk.", s.last.persist_s);
+  metric("last_save_persist_gbps", "gauge", "Durable throughput of the last save (1e9 B/s).", s.last.persist_gbps);
+  return out;
+}
+
+absl::Status MetricsSink::AppendJsonLine(const std::string& line) {
+  if (jsonl_ == nullptr) {
+    OpenOptions options;
+    options.write = true;
+    options.create = true;
+    CKPT_ASSIGN_OR_RETURN(jsonl_, fs_->Open(jsonl_path_, options));
+    CKPT_ASSIGN_OR_RETURN(jsonl_offset_, jsonl_->Size());
+  }
+  std::string text = line + "\n";
+  IoExecutor io(queue_, size_t{1} << 20);
+  CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kWrite, jsonl_.get(), jsonl_offset_, text.data(), text.size(), 0));
+  CKPT_RETURN_IF_ERROR(io.Drain());
+  jsonl_offset_ += text.size();
+  return absl::OkStatus();
+}
+
+absl::Status MetricsSink::WritePrometheus(const std::string& text) {
+  const std::string temp = prom_path_ + ".tmp";
+  (void)fs_->RemoveFile(temp);
+  CKPT_RETURN_IF_ERROR(WriteFileDurably(*fs_, *queue_, temp, text));
+  return fs_->Rename(temp, prom_path_, RenameMode::kReplace);
+}
+
+}  // namespace ckpt::internal

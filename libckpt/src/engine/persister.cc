@@ -1,0 +1,180 @@
+#include "engine/persister.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "commit/commit.h"
+#include "format/manifest.h"
+#include "format/names.h"
+#include "io/io_executor.h"
+#include "io/small_file.h"
+#include "util/status_macros.h"
+
+namespace ckpt::internal {
+
+Persister::Persister(PersisterContext context, std::function<void(SaveJob&)> on_done)
+    : ctx_(std::move(context)), on_done_(std::move(on_done)), thread_([this] { Run(); }) {}
+
+Persister::~Persister() {
+  if (thread_.joinable()) Stop(/*abandon=*/false);
+}
+
+void Persister::Enqueue(std::shared_ptr<SaveJob> job) {
+  absl::MutexLock lock(&mu_);
+  jobs_.push_back(std::move(job));
+}
+
+void Persister::Stop(bool abandon) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (abandon) {
+      abandon_ = true;
+      for (auto& job : jobs_) job->abort = true;
+    }
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Persister::Run() {
+  while (true) {
+    std::shared_ptr<SaveJob> job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Persister* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stopping_ || !p->jobs_.empty(); },
+          this));
+      if (jobs_.empty()) return;
+      job = jobs_.front();
+    }
+    Persist(*job);
+    {
+      absl::MutexLock lock(&mu_);
+      jobs_.pop_front();
+    }
+    on_done_(*job);
+  }
+}
+
+absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files) {
+  absl::Status status;
+  if (abandon_) status = absl::CancelledError("save cancelled: engine closing");
+  if (status.ok()) status = ctx_.fs->CreateDir(job.temp_dir);
+  OpenOptions open;
+  open.write = true;
+  open.create = true;
+  open.exclusive = true;
+  open.direct = ctx_.direct;
+  for (size_t i = 0; i < job.plan.size() && status.ok(); ++i) {
+    auto file = ctx_.fs->Open(JoinPath(job.temp_dir, job.plan[i].file), open);
+    if (file.ok()) files.push_back(std::move(*file));
+    else status = file.status();
+  }
+  if (!status.ok()) job.abort = true;
+
+  IoExecutor io(ctx_.queue, ctx_.pool->chunk_bytes());
+  std::vector<StagedChunk> ready;
+  std::vector<uint64_t> written;
+  bool more = true;
+  while (more || io.transfers_in_flight() > 0) {
+    ready.clear();
+    if (more) more = job.TakeChunks(/*block=*/io.transfers_in_flight() == 0, &ready);
+    for (const StagedChunk& c : ready) {
+      if (status.ok() && abandon_) status = absl::CancelledError("save cancelled: engine closing");
+      if (status.ok()) {
+        status = io.Start(IoOp::Kind::kWrite, files[c.shard].get(), c.file_offset,
+                          ctx_.pool->chunk(c.chunk), c.bytes, c.chunk, ctx_.pool->buf_index(c.chunk));
+        if (status.ok()) continue;
+        job.abort = true;  // the stager stops at its next chunk
+      }
+      ctx_.pool->Release(c.chunk);  // failed save: drop the bytes
+    }
+    written.clear();
+    if (io.transfers_in_flight() > 0) {
+      absl::Status polled = io.Poll(/*block=*/ready.empty(), &written);
+      if (!polled.ok() && status.ok()) {
+        status = polled;
+        job.abort = true;
+      }
+    }
+    for (uint64_t chunk : written) ctx_.pool->Release(chunk);
+    if (!written.empty()) job.Touch();
+    if (!status.ok() && io.transfers_in_flight() > 0) {
+      written.clear();
+      (void)io.Drain(&written);
+      for (uint64_t chunk : written) ctx_.pool->Release(chunk);
+    }
+  }
+  if (status.ok()) status = job.staging_status();
+  return status;
+}
+
+absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
+                               SaveStats* stats) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    const PlannedShard& shard = job.plan[i];
+    if (shard.file_bytes != shard.padded_bytes) CKPT_RETURN_IF_ERROR(files[i]->Truncate(shard.file_bytes));
+    CKPT_RETURN_IF_ERROR(files[i]->Sync());
+    CKPT_RETURN_IF_ERROR(files[i]->Close());
+    job.Touch();
+  }
+  Manifest manifest;
+  manifest.step = job.step();
+  manifest.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  manifest.writer = ctx_.writer;
+  manifest.extras_json = job.extras_json;
+  manifest.tensors.resize(job.tensors.size());
+  for (const PlannedShard& shard : job.plan) {
+    manifest.shards.push_back(ShardInfo{shard.file, shard.file_bytes});
+    for (const PlannedRecord& r : shard.records) {
+      const TensorView& t = job.tensors[r.tensor];
+      TensorInfo& info = manifest.tensors[r.tensor];
+      info.name = t.name;
+      info.dtype = t.dtype;
+      info.shape = t.shape;
+      info.raw_bytes = t.nbytes;
+      info.stored_bytes = t.nbytes;
+      info.encoding = "raw";
+      info.shard = shard.file;
+      info.offset = r.offset;
+      info.xxh3 = job.hashes[r.tensor];
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(manifest));
+  CKPT_RETURN_IF_ERROR(
+      WriteFileDurably(*ctx_.fs, *ctx_.queue, JoinPath(job.temp_dir, kManifestName), contents));
+  job.Touch();
+  CKPT_RETURN_IF_ERROR(CommitCheckpoint(*ctx_.fs, *ctx_.queue, ctx_.root, job.temp_dir, job.final_name));
+  stats->tensor_bytes = manifest.tensor_bytes();
+  stats->file_bytes = manifest.shard_bytes();
+  return absl::OkStatus();
+}
+
+void Persister::Persist(SaveJob& job) {
+  const Clock::time_point persist_start = Clock::now();
+  std::vector<std::unique_ptr<File>> files;
+  absl::Status status = WriteChunks(job, files);
+  SaveStats stats;
+  if (status.ok()) status = Commit(job, files, &stats);
+  if (!status.ok()) {
+    files.clear();  // close what is open before removing the directory
+    RemoveTreeBestEffort(*ctx_.fs, job.temp_dir);
+    status = Annotate(status, absl::StrCat("save of step ", job.step(), " in ", ctx_.root));
+  }
+  stats.step = job.step();
+  stats.dir = status.ok() ? JoinPath(ctx_.root, job.final_name) : "";
+  stats.tensor_count = job.tensors.size();
+  stats.shard_count = job.plan.size();
+  stats.blocked_s = job.blocked_s;
+  stats.staging_s = job.staging_s;
+  stats.staging_wait_s = job.staging_wait_s;
+  stats.persist_s = SecondsSince(persist_start);
+  stats.seconds = SecondsSince(job.start_time);
+  stats.persist_gbps = stats.persist_s > 0 ? stats.file_bytes / stats.persist_s / 1e9 : 0;
+  stats.backend = ctx_.backend;
+  job.Finish(std::move(status), std::move(stats));
+}
+
+}  // namespace ckpt::internal

@@ -1,0 +1,64 @@
+// `Persister`: the background thread that writes staged chunks into shard
+// files and commits each save, one save at a time, in the order saves were
+// started.
+#ifndef CKPT_ENGINE_PERSISTER_H_
+#define CKPT_ENGINE_PERSISTER_H_
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "ckpt/file_system.h"
+#include "engine/save_job.h"
+#include "staging/staging_pool.h"
+
+namespace ckpt::internal {
+
+struct PersisterContext {
+  FileSystem* fs = nullptr;
+  IoQueue* queue = nullptr;  // used only by the persister thread
+  StagingPool* pool = nullptr;
+  std::string root;
+  bool direct = false;
+  std::string backend;
+  std::string writer;  // "ckpt <version>"
+};
+
+class Persister {
+ public:
+  // `on_done` runs on the persister thread after each save finished (any
+  // outcome), after its handle was completed.
+  Persister(PersisterContext context, std::function<void(SaveJob&)> on_done);
+  ~Persister();  // REQUIRES: `Stop` was called
+
+  // Queues `job`; the persister starts on it once earlier jobs are done.
+  void Enqueue(std::shared_ptr<SaveJob> job);
+  // Finishes every queued job (or, with `abandon`, fails them fast: their
+  // stagers see `SaveJob::abort` and the partial checkpoints are removed),
+  // then joins the thread.
+  void Stop(bool abandon);
+
+ private:
+  void Run();
+  void Persist(SaveJob& job);
+  absl::Status WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files);
+  absl::Status Commit(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
+                      SaveStats* stats);
+
+  const PersisterContext ctx_;
+  const std::function<void(SaveJob&)> on_done_;
+  std::atomic<bool> abandon_{false};
+  absl::Mutex mu_;
+  std::deque<std::shared_ptr<SaveJob>> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_ENGINE_PERSISTER_H_

@@ -1,0 +1,121 @@
+// `SaveJob`: one save on its way from the caller's tensors to a committed
+// checkpoint, shared by the stager (which fills staging chunks), the
+// persister (which writes and commits them), the watchdog, and the caller's
+// `SaveHandle`.
+#ifndef CKPT_ENGINE_SAVE_JOB_H_
+#define CKPT_ENGINE_SAVE_JOB_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "ckpt/engine.h"
+#include "format/shard_plan.h"
+
+namespace ckpt::internal {
+
+using Clock = std::chrono::steady_clock;
+inline double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A staging chunk holding bytes [file_offset, file_offset + bytes) of shard
+// `shard`, ready to be written.
+struct StagedChunk {
+  size_t shard = 0;
+  uint64_t file_offset = 0;
+  size_t chunk = 0;
+  size_t bytes = 0;
+};
+
+class SaveJob final : public SaveHandle {
+ public:
+  SaveJob(int64_t step, std::string extras_json, std::vector<TensorView> tensors,
+          std::vector<PlannedShard> plan, std::string final_name, std::string temp_dir)
+      : step_(step),
+        extras_json(std::move(extras_json)),
+        tensors(std::move(tensors)),
+        plan(std::move(plan)),
+        final_name(std::move(final_name)),
+        temp_dir(std::move(temp_dir)),
+        hashes(this->tensors.size(), 0) {
+    Touch();
+  }
+
+  // SaveHandle.
+  int64_t step() const override { return step_; }
+  absl::Status WaitStaged() override;
+  absl::Status Wait() override;
+  bool Done() const override;
+  bool skipped() const override;
+  SaveStats stats() const override;
+
+  // --- Stager side ---
+  // Hands a filled chunk to the persister.
+  void PushChunk(const StagedChunk& chunk);
+  // Staging finished (OK) or failed; wakes `WaitStaged` and the persister.
+  void FinishStaging(absl::Status status);
+
+  // --- Persister side ---
+  // Moves ready chunks into `out`; waits for some (or for staging to finish)
+  // only when `block`. Returns false once staging has finished and every
+  // chunk was taken.
+  bool TakeChunks(bool block, std::vector<StagedChunk>* out);
+  absl::Status staging_status() const;
+  // Records the outcome; wakes `Wait`. Returns whether a `Wait` had already
+  // returned... (never: the outcome is set once, before any `Wait` returns).
+  void Finish(absl::Status status, SaveStats stats);
+  void MarkSkipped(SaveStats stats);
+  // Whether the caller saw the outcome through `Wait`: an unseen failure is
+  // reported by the next `SaveAsync` or by `Close`.
+  bool error_reported() const;
+  void MarkErrorReported();
+  // The outcome, without counting as reported. REQUIRES: `Done()`.
+  absl::Status outcome() const;
+
+  // --- Watchdog ---
+  void Touch() { last_progress_ns_.store(Clock::now().time_since_epoch().count()); }
+  Clock::duration since_progress() const {
+    return Clock::now().time_since_epoch() - Clock::duration(last_progress_ns_.load());
+  }
+  std::atomic<bool> stall_reported{false};
+  // Set when the save cannot succeed any more (its writing failed, or the
+  // engine is closing with kCancel): the stager stops at its next chunk.
+  std::atomic<bool> abort{false};
+
+  // Immutable after construction, except as noted.
+  const int64_t step_;
+  const std::string extras_json;
+  const std::vector<TensorView> tensors;  // caller's memory; valid until staged
+  const std::vector<PlannedShard> plan;
+  const std::string final_name;
+  const std::string temp_dir;
+  std::vector<uint64_t> hashes;  // written by the stager, read by the persister after staging
+  Clock::time_point start_time = Clock::now();
+  // Stager-owned figures, published by `FinishStaging`.
+  double blocked_s = 0;
+  double staging_s = 0;
+  double staging_wait_s = 0;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::deque<StagedChunk> ready_ ABSL_GUARDED_BY(mu_);
+  bool staging_done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status staging_status_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool skipped_ ABSL_GUARDED_BY(mu_) = false;
+  bool error_reported_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  SaveStats stats_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> last_progress_ns_{0};
+};
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_ENGINE_SAVE_JOB_H_

@@ -1,0 +1,93 @@
+#include "staging/staging_pool.h"
+
+#include "absl/strings/str_cat.h"
+#include "util/log.h"
+
+namespace ckpt::internal {
+
+StagingPool::~StagingPool() {
+  if (base_ != nullptr) UnpinHostMemory(base_, memory_.capacity(), pin_);
+}
+
+absl::Status StagingPool::Resize(size_t chunks, IoQueue* queue) {
+  absl::MutexLock lock(&mu_);
+  if (free_.size() != count_) {
+    return absl::InternalError("staging pool resized while chunks are in use");
+  }
+  if (base_ != nullptr) {
+    if (queue != nullptr && registered_) (void)queue->RegisterBuffers({});
+    UnpinHostMemory(base_, memory_.capacity(), pin_);
+    memory_ = AlignedBytes();
+    base_ = nullptr;
+    count_ = 0;
+    free_.clear();
+  }
+  auto memory = AlignedBytes::Allocate(chunks * chunk_bytes_, /*prefault=*/true);
+  if (!memory.ok()) return memory.status();
+  memory_ = std::move(*memory);
+  base_ = static_cast<char*>(memory_.data());
+  pin_ = PinHostMemory(base_, memory_.capacity());
+  registered_ = false;
+  if (queue != nullptr) {
+    std::vector<iovec> iovecs(chunks);
+    for (size_t i = 0; i < chunks; ++i) iovecs[i] = iovec{chunk(i), chunk_bytes_};
+    absl::Status registered = queue->RegisterBuffers(iovecs);
+    registered_ = registered.ok();
+    if (!registered.ok() && registered.code() != absl::StatusCode::kUnimplemented) {
+      Log(LogLevel::kDebug, absl::StrCat("staging buffers not registered: ", registered.message()));
+    }
+  }
+  count_ = chunks;
+  free_.reserve(chunks);
+  for (size_t i = chunks; i > 0; --i) free_.push_back(i - 1);
+  Log(LogLevel::kDebug, absl::StrCat("staging pool: ", chunks, " x ", chunk_bytes_ >> 10,
+                                     " KiB, ", PinKindName(pin_),
+                                     registered_ ? ", registered with io_uring" : ""));
+  return absl::OkStatus();
+}
+
+std::optional<size_t> StagingPool::Acquire() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](StagingPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->cancelled_ || !p->free_.empty(); },
+      this));
+  if (cancelled_) return std::nullopt;
+  size_t c = free_.back();
+  free_.pop_back();
+  return c;
+}
+
+std::optional<size_t> StagingPool::TryAcquire() {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_ || free_.empty()) return std::nullopt;
+  size_t c = free_.back();
+  free_.pop_back();
+  return c;
+}
+
+void StagingPool::Release(size_t chunk) {
+  absl::MutexLock lock(&mu_);
+  free_.push_back(chunk);
+}
+
+void StagingPool::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+}
+
+void StagingPool::Uncancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = false;
+}
+
+size_t StagingPool::count() const {
+  absl::MutexLock lock(&mu_);
+  return count_;
+}
+
+size_t StagingPool::free_count() const {
+  absl::MutexLock lock(&mu_);
+  return free_.size();
+}
+
+}  // namespace ckpt::internal
