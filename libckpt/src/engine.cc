@@ -142,7 +142,7 @@ class EngineImpl final : public Engine {
       CKPT_RETURN_IF_ERROR(pool_.Resize(chunks, backend_.queue.get()));
     }
     PersisterContext ctx{fs_.get(), backend_.queue.get(), &pool_, root_, backend_.direct,
-                         backend_.description, kWriter};
+                         backend_.description, kWriter, options_.compression_level};
     persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job) { OnSaveDone(job); });
     if (options_.lazy_staging) lazy_ = std::make_unique<LazyStager>(&pool_);
     if (options_.watchdog_timeout > absl::ZeroDuration()) {
@@ -222,13 +222,11 @@ class EngineImpl final : public Engine {
       lazy_->Enqueue(job);
       return job;
     }
+    // A staging failure (the persister failed meanwhile, or the engine is
+    // closing) is reported by the handle, with the persister's reason.
     absl::Status staged = StageJob(*job, pool_);
     job->blocked_s = SecondsSince(start);
     job->FinishStaging(staged);
-    if (!staged.ok()) {
-      job->MarkErrorReported();
-      return staged;
-    }
     return job;
   }
 

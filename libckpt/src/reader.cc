@@ -4,6 +4,8 @@
 #include <cstring>
 #include <map>
 
+#include <zstd.h>
+
 #include "absl/strings/str_cat.h"
 #include "ckpt/catalog.h"
 #include "format/manifest.h"
@@ -74,6 +76,9 @@ class ReaderImpl final : public Reader {
   };
 
   absl::StatusOr<File*> GetFile(const std::string& shard);
+  // Reads and decompresses a zstd record into `dst` (or, when null, only
+  // checks it), verifying the XXH3 of the decompressed bytes.
+  absl::Status ReadCompressed(const TensorInfo& t, char* dst);
   absl::Status EnsurePool();
   absl::Status TakeChunk(IoExecutor& io, size_t* chunk);
   absl::Status Complete(uint64_t part_tag);
@@ -149,6 +154,46 @@ absl::Status ReaderImpl::Complete(uint64_t part_tag) {
   return absl::OkStatus();
 }
 
+absl::Status ReaderImpl::ReadCompressed(const TensorInfo& t, char* dst) {
+  CKPT_ASSIGN_OR_RETURN(File * file, GetFile(t.shard));
+  const uint64_t length = file->direct() ? AlignUp(t.stored_bytes) : t.stored_bytes;
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(length, false));
+  {
+    IoExecutor io(backend_.queue.get(), io_.chunk_bytes);
+    CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, t.offset, stored.data(), length, 0, -1,
+                                  t.stored_bytes));
+    CKPT_RETURN_IF_ERROR(io.Drain());
+  }
+  const std::string where = absl::StrCat("tensor \"", t.name, "\" in shard ",
+                                         JoinPath(dir_, t.shard), " at offset ", t.offset);
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  if (dctx == nullptr) return absl::ResourceExhaustedError("ZSTD_createDCtx failed");
+  std::vector<char> scratch(dst == nullptr ? std::min<uint64_t>(t.raw_bytes, 1 << 20) : 0);
+  Xxh3Stream hash;
+  ZSTD_inBuffer in{stored.data(), t.stored_bytes, 0};
+  uint64_t produced = 0;
+  size_t last = 0;
+  while (in.pos < in.size) {
+    char* out_base = dst != nullptr ? dst + produced : scratch.data();
+    const size_t room = dst != nullptr ? t.raw_bytes - produced
+                                       : std::min<uint64_t>(scratch.size(), t.raw_bytes - produced);
+    if (room == 0) return absl::DataLossError(absl::StrCat(where, ": decompresses to more than ", t.raw_bytes, " bytes"));
+    ZSTD_outBuffer out{out_base, room, 0};
+    last = ZSTD_decompressStream(dctx.get(), &out, &in);
+    if (ZSTD_isError(last)) {
+      return absl::DataLossError(absl::StrCat(where, ": corrupt zstd data: ", ZSTD_getErrorName(last)));
+    }
+    hash.Update(out_base, out.pos);
+    produced += out.pos;
+  }
+  if (last != 0 || produced != t.raw_bytes) {
+    return absl::DataLossError(absl::StrCat(where, ": zstd data ends after ", produced, " of ",
+                                            t.raw_bytes, " bytes"));
+  }
+  if (hash.Digest() != t.xxh3) return ChecksumMismatch(dir_, t, hash.Digest());
+  return absl::OkStatus();
+}
+
 absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
   jobs_.clear();
   parts_.clear();
@@ -166,6 +211,10 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
     jobs_.push_back(Job{info, static_cast<char*>(target.data), 0});
   }
   absl::Status status;
+  // Compressed records first, each on its own (one executor per queue at a time).
+  for (const Job& job : jobs_) {
+    if (job.info->encoding == "zstd") CKPT_RETURN_IF_ERROR(ReadCompressed(*job.info, job.dst));
+  }
   {
     IoExecutor io(backend_.queue.get(), io_.chunk_bytes);
     auto poll = [&](bool block) -> absl::Status {
@@ -185,6 +234,7 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
         status = file.status();
         break;
       }
+      if (t.encoding == "zstd") continue;  // read before this loop
       if (t.raw_bytes == 0) {
         status = FinishJob(job);
         continue;
@@ -268,6 +318,9 @@ absl::StatusOr<std::vector<Tensor>> ReaderImpl::ReadAll() {
 
 absl::Status ReaderImpl::Verify() {
   CKPT_RETURN_IF_ERROR(EnsurePool());
+  for (const TensorInfo& t : manifest_.tensors) {
+    if (t.encoding == "zstd") CKPT_RETURN_IF_ERROR(ReadCompressed(t, nullptr));
+  }
   // Pieces are consumed strictly in order (the hash is streamed), while up to
   // a pool's worth of them is in flight.
   struct Piece {
@@ -303,10 +356,15 @@ absl::Status ReaderImpl::Verify() {
     return absl::OkStatus();
   };
   while (status.ok()) {
-    // Skip empty tensors (still check their checksum).
-    while (next_tensor < manifest_.tensors.size() && manifest_.tensors[next_tensor].raw_bytes == 0) {
+    // Empty and compressed tensors are checked on their own (compressed
+    // ones before this loop).
+    while (status.ok() && next_tensor < manifest_.tensors.size() &&
+           (manifest_.tensors[next_tensor].raw_bytes == 0 ||
+            manifest_.tensors[next_tensor].encoding == "zstd")) {
       const TensorInfo& t = manifest_.tensors[next_tensor];
-      if (Xxh3(nullptr, 0) != t.xxh3) status = ChecksumMismatch(dir_, t, Xxh3(nullptr, 0));
+      if (t.encoding != "zstd" && Xxh3(nullptr, 0) != t.xxh3) {
+        status = ChecksumMismatch(dir_, t, Xxh3(nullptr, 0));
+      }
       ++next_tensor;
     }
     if (!status.ok()) break;

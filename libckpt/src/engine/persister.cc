@@ -1,6 +1,7 @@
 #include "engine/persister.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "commit/commit.h"
@@ -56,7 +57,17 @@ void Persister::Run() {
   }
 }
 
-absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files) {
+namespace {
+
+// Tags of compressed-output buffers carry this bit; staging chunks do not.
+constexpr uint64_t kOutputTag = uint64_t{1} << 62;
+
+uint64_t AlignUp(uint64_t n) { return (n + kRecordAlignment - 1) / kRecordAlignment * kRecordAlignment; }
+
+}  // namespace
+
+absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
+                                    std::unique_ptr<ShardCompressor>* compressor) {
   absl::Status status;
   if (abandon_) status = absl::CancelledError("save cancelled: engine closing");
   if (status.ok()) status = ctx_.fs->CreateDir(job.temp_dir);
@@ -70,39 +81,81 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     if (file.ok()) files.push_back(std::move(*file));
     else status = file.status();
   }
+  if (status.ok() && ctx_.compression_level > 0) {
+    auto c = ShardCompressor::Create(job, ctx_.compression_level, ctx_.pool->chunk_bytes(), 8);
+    if (c.ok()) *compressor = std::move(*c);
+    else status = c.status();
+  }
   if (!status.ok()) job.abort = true;
+  ShardCompressor* zstd = compressor->get();
+  std::vector<size_t> free_outputs;
+  if (zstd != nullptr) {
+    for (size_t i = zstd->buffers(); i > 0; --i) free_outputs.push_back(i - 1);
+  }
 
   IoExecutor io(ctx_.queue, ctx_.pool->chunk_bytes());
-  std::vector<StagedChunk> ready;
   std::vector<uint64_t> written;
+  auto fail = [&](absl::Status s) {
+    if (status.ok()) status = std::move(s);
+    job.abort = true;  // the stager stops at its next chunk
+  };
+  // Gives back the buffers of finished writes.
+  auto release = [&](const std::vector<uint64_t>& tags) {
+    for (uint64_t tag : tags) {
+      if (tag & kOutputTag) free_outputs.push_back(tag & ~kOutputTag);
+      else ctx_.pool->Release(tag);
+    }
+    if (!tags.empty()) job.Touch();
+  };
+  auto poll = [&](bool block) {
+    written.clear();
+    absl::Status polled = io.Poll(block, &written);
+    release(written);
+    if (!polled.ok()) fail(polled);
+  };
+  ShardCompressor::AcquireFn acquire = [&]() -> absl::StatusOr<size_t> {
+    while (free_outputs.empty() && status.ok()) poll(/*block=*/true);
+    if (!status.ok()) return status;
+    size_t i = free_outputs.back();
+    free_outputs.pop_back();
+    return i;
+  };
+  ShardCompressor::EmitFn emit = [&](size_t shard, uint64_t offset, size_t buffer, size_t bytes) {
+    const size_t length = AlignUp(bytes);  // only the last block of a shard is partial
+    if (length != bytes) std::memset(zstd->buffer(buffer) + bytes, 0, length - bytes);
+    return io.Start(IoOp::Kind::kWrite, files[shard].get(), offset, zstd->buffer(buffer), length,
+                    kOutputTag | buffer);
+  };
+
+  std::vector<StagedChunk> ready;
   bool more = true;
   while (more || io.transfers_in_flight() > 0) {
     ready.clear();
     if (more) more = job.TakeChunks(/*block=*/io.transfers_in_flight() == 0, &ready);
     for (const StagedChunk& c : ready) {
-      if (status.ok() && abandon_) status = absl::CancelledError("save cancelled: engine closing");
-      if (status.ok()) {
-        status = io.Start(IoOp::Kind::kWrite, files[c.shard].get(), c.file_offset,
-                          ctx_.pool->chunk(c.chunk), c.bytes, c.chunk, ctx_.pool->buf_index(c.chunk));
-        if (status.ok()) continue;
-        job.abort = true;  // the stager stops at its next chunk
+      if (status.ok() && abandon_) fail(absl::CancelledError("save cancelled: engine closing"));
+      if (status.ok() && zstd != nullptr) {
+        absl::Status s = zstd->Consume(c, ctx_.pool->chunk(c.chunk), acquire, emit);
+        if (!s.ok()) fail(s);
+      } else if (status.ok()) {
+        absl::Status s = io.Start(IoOp::Kind::kWrite, files[c.shard].get(), c.file_offset,
+                                  ctx_.pool->chunk(c.chunk), c.bytes, c.chunk,
+                                  ctx_.pool->buf_index(c.chunk));
+        if (s.ok()) continue;
+        fail(s);
       }
-      ctx_.pool->Release(c.chunk);  // failed save: drop the bytes
+      ctx_.pool->Release(c.chunk);  // compressed, or dropped by a failed save
     }
-    written.clear();
-    if (io.transfers_in_flight() > 0) {
-      absl::Status polled = io.Poll(/*block=*/ready.empty(), &written);
-      if (!polled.ok() && status.ok()) {
-        status = polled;
-        job.abort = true;
-      }
+    if (!more && status.ok() && zstd != nullptr) {
+      absl::Status s = zstd->Finish(acquire, emit);
+      if (!s.ok()) fail(s);
+      zstd = nullptr;  // finished
     }
-    for (uint64_t chunk : written) ctx_.pool->Release(chunk);
-    if (!written.empty()) job.Touch();
+    if (io.transfers_in_flight() > 0) poll(/*block=*/ready.empty());
     if (!status.ok() && io.transfers_in_flight() > 0) {
       written.clear();
       (void)io.Drain(&written);
-      for (uint64_t chunk : written) ctx_.pool->Release(chunk);
+      release(written);
     }
   }
   if (status.ok()) status = job.staging_status();
@@ -110,24 +163,14 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
 }
 
 absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
-                               SaveStats* stats) {
-  for (size_t i = 0; i < files.size(); ++i) {
-    const PlannedShard& shard = job.plan[i];
-    if (shard.file_bytes != shard.padded_bytes) CKPT_RETURN_IF_ERROR(files[i]->Truncate(shard.file_bytes));
-    CKPT_RETURN_IF_ERROR(files[i]->Sync());
-    CKPT_RETURN_IF_ERROR(files[i]->Close());
-    job.Touch();
-  }
+                               const ShardCompressor* compressor, SaveStats* stats) {
   Manifest manifest;
-  manifest.step = job.step();
-  manifest.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count();
-  manifest.writer = ctx_.writer;
-  manifest.extras_json = job.extras_json;
   manifest.tensors.resize(job.tensors.size());
-  for (const PlannedShard& shard : job.plan) {
-    manifest.shards.push_back(ShardInfo{shard.file, shard.file_bytes});
+  for (size_t i = 0; i < job.plan.size(); ++i) {
+    const PlannedShard& shard = job.plan[i];
+    ShardLayout layout{shard.file_bytes, shard.padded_bytes};
+    if (compressor != nullptr) layout = compressor->shards()[i];
+    manifest.shards.push_back(ShardInfo{shard.file, layout.file_bytes});
     for (const PlannedRecord& r : shard.records) {
       const TensorView& t = job.tensors[r.tensor];
       TensorInfo& info = manifest.tensors[r.tensor];
@@ -135,13 +178,32 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
       info.dtype = t.dtype;
       info.shape = t.shape;
       info.raw_bytes = t.nbytes;
-      info.stored_bytes = t.nbytes;
-      info.encoding = "raw";
       info.shard = shard.file;
-      info.offset = r.offset;
       info.xxh3 = job.hashes[r.tensor];
+      if (compressor != nullptr) {
+        const RecordLayout& rl = compressor->records()[r.tensor];
+        info.offset = rl.offset;
+        info.stored_bytes = rl.stored_bytes;
+        info.encoding = "zstd";
+      } else {
+        info.offset = r.offset;
+        info.stored_bytes = t.nbytes;
+        info.encoding = "raw";
+      }
     }
+    if (layout.file_bytes != layout.padded_bytes) {
+      CKPT_RETURN_IF_ERROR(files[i]->Truncate(layout.file_bytes));
+    }
+    CKPT_RETURN_IF_ERROR(files[i]->Sync());
+    CKPT_RETURN_IF_ERROR(files[i]->Close());
+    job.Touch();
   }
+  manifest.step = job.step();
+  manifest.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  manifest.writer = ctx_.writer;
+  manifest.extras_json = job.extras_json;
   CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(manifest));
   CKPT_RETURN_IF_ERROR(
       WriteFileDurably(*ctx_.fs, *ctx_.queue, JoinPath(job.temp_dir, kManifestName), contents));
@@ -155,9 +217,10 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
 void Persister::Persist(SaveJob& job) {
   const Clock::time_point persist_start = Clock::now();
   std::vector<std::unique_ptr<File>> files;
-  absl::Status status = WriteChunks(job, files);
+  std::unique_ptr<ShardCompressor> compressor;
+  absl::Status status = WriteChunks(job, files, &compressor);
   SaveStats stats;
-  if (status.ok()) status = Commit(job, files, &stats);
+  if (status.ok()) status = Commit(job, files, compressor.get(), &stats);
   if (!status.ok()) {
     files.clear();  // close what is open before removing the directory
     RemoveTreeBestEffort(*ctx_.fs, job.temp_dir);

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ckpt/file_system.h"
 #include "engine/save_job.h"
+#include "engine/shard_compressor.h"
 #include "staging/staging_pool.h"
 
 namespace ckpt::internal {
@@ -27,6 +28,7 @@ struct PersisterContext {
   bool direct = false;
   std::string backend;
   std::string writer;  // "ckpt <version>"
+  int compression_level = 0;  // zstd level; 0 = raw records
 };
 
 class Persister {
@@ -46,9 +48,13 @@ class Persister {
  private:
   void Run();
   void Persist(SaveJob& job);
-  absl::Status WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files);
+  // Writes the job's chunks as they are staged (compressing them when
+  // enabled); returns once all are written or the first error.
+  absl::Status WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
+                           std::unique_ptr<ShardCompressor>* compressor);
+  // Truncates, fsyncs and closes the shards, writes the manifest, commits.
   absl::Status Commit(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
-                      SaveStats* stats);
+                      const ShardCompressor* compressor, SaveStats* stats);
 
   const PersisterContext ctx_;
   const std::function<void(SaveJob&)> on_done_;

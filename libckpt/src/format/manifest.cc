@@ -88,10 +88,10 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
       *numel * elem != t.raw_bytes) {
     return Corrupt(path, absl::StrCat(where, ": shape and dtype do not match raw_bytes ", t.raw_bytes));
   }
-  if (t.encoding != "raw") {
+  if (t.encoding != "raw" && t.encoding != "zstd") {
     return Corrupt(path, absl::StrCat(where, ": unknown encoding \"", t.encoding, "\""));
   }
-  if (t.stored_bytes != t.raw_bytes) {
+  if (t.encoding == "raw" && t.stored_bytes != t.raw_bytes) {
     return Corrupt(path, absl::StrCat(where, ": raw record stores ", t.stored_bytes,
                                       " bytes, not raw_bytes ", t.raw_bytes));
   }

@@ -299,6 +299,7 @@ class FaultInjectionFileSystem::State {
   Fault OnCall(bool io_op, absl::FunctionRef<std::string()> describe) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     ++count_;
+    if (record_) recorded_.push_back(describe());
     Fault fault = Fault::kNone;
     if (crashed_) {
       fault = Fault::kCrash;
@@ -326,6 +327,8 @@ class FaultInjectionFileSystem::State {
   Fault fault_ ABSL_GUARDED_BY(mu_) = Fault::kNone;
   bool crashed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t injected_ ABSL_GUARDED_BY(mu_) = 0;
+  bool record_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> recorded_ ABSL_GUARDED_BY(mu_);
   std::string first_injected_ ABSL_GUARDED_BY(mu_);
   absl::Duration io_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   fault_internal::DurabilityLog log_ ABSL_GUARDED_BY(mu_);
@@ -506,6 +509,17 @@ uint64_t FaultInjectionFileSystem::call_count() const {
 void FaultInjectionFileSystem::ResetCallCount() {
   absl::MutexLock lock(&state_->mu_);
   state_->count_ = 0;
+  state_->recorded_.clear();
+}
+
+void FaultInjectionFileSystem::RecordCalls(bool on) {
+  absl::MutexLock lock(&state_->mu_);
+  state_->record_ = on;
+}
+
+std::vector<std::string> FaultInjectionFileSystem::recorded_calls() const {
+  absl::MutexLock lock(&state_->mu_);
+  return state_->recorded_;
 }
 
 void FaultInjectionFileSystem::FailAt(uint64_t n, Fault fault) {

@@ -92,6 +92,11 @@ class FaultInjectionFileSystem final : public FileSystem {
   uint64_t injected_count() const;
   std::string first_injected_call() const;
 
+  // With `on`, keeps a description of every counted call, in order (call n
+  // at index n - 1), until `ResetCallCount`. Off by default.
+  void RecordCalls(bool on);
+  std::vector<std::string> recorded_calls() const;
+
   // Every `IoOp` waits `delay` before it starts (a slow disk). Zero disables.
   void SetIoDelay(absl::Duration delay);
 

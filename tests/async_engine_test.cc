@@ -1,0 +1,397 @@
+// The asynchronous engine: staging semantics, backpressure, sticky errors,
+// close/cancel, watchdog, metrics, compression.
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/catalog.h"
+#include "ckpt/engine.h"
+#include "ckpt/reader.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+#include "testing/fault_injection_file_system.h"
+
+namespace ckpt {
+namespace {
+
+using testing::Fault;
+using testing::FaultInjectionFileSystem;
+using testing::OwnedTensor;
+using testing::RandomTensor;
+using testing::ScratchDir;
+using testing::Views;
+
+std::vector<OwnedTensor> SomeState(uint64_t seed, int64_t elements = 50000) {
+  std::vector<OwnedTensor> state;
+  for (int l = 0; l < 3; ++l) {
+    const std::string p = "layers." + std::to_string(l);
+    state.push_back(RandomTensor(p + ".attn.weight", DType::kFloat32, {elements}, seed * 100 + l));
+    state.push_back(RandomTensor(p + ".norm.bias", DType::kBFloat16, {77}, seed * 100 + 50 + l));
+  }
+  return state;
+}
+
+void ExpectCheckpointEquals(const std::string& root, int64_t step,
+                            const std::vector<OwnedTensor>& want) {
+  ReaderOptions options;
+  options.step = step;
+  auto reader = Reader::Open(root, options);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE((*reader)->Verify().ok());
+  for (const OwnedTensor& t : want) {
+    auto got = (*reader)->Read(t.name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->nbytes(), t.bytes.size());
+    EXPECT_EQ(0, std::memcmp(got->data(), t.bytes.data(), t.bytes.size()))
+        << t.name << " at step " << step;
+  }
+}
+
+EngineOptions SmallChunks() {
+  EngineOptions options;
+  options.io.chunk_bytes = 64 << 10;
+  options.shard_min_bytes = 64 << 10;
+  return options;
+}
+
+TEST(AsyncEngineTest, MutatingAfterSaveAsyncReturnsDoesNotLeak) {
+  ScratchDir dir;
+  auto engine = Engine::Open(dir.Join("root"), SmallChunks());
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(1);
+  const std::vector<OwnedTensor> at_save = state;
+  auto handle = (*engine)->SaveAsync(1, Views(state));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  // Eager mode: the bytes are staged when SaveAsync returns.
+  for (auto& t : state) std::memset(t.bytes.data(), 0x5A, t.bytes.size());
+  ASSERT_TRUE((*handle)->Wait().ok());
+  ExpectCheckpointEquals(dir.Join("root"), 1, at_save);
+}
+
+TEST(AsyncEngineTest, LazyModeMutatingAfterWaitStagedDoesNotLeak) {
+  ScratchDir dir;
+  EngineOptions options = SmallChunks();
+  options.lazy_staging = true;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  for (int64_t step = 1; step <= 5; ++step) {
+    std::vector<OwnedTensor> state = SomeState(step);
+    const std::vector<OwnedTensor> at_save = state;
+    auto handle = (*engine)->SaveAsync(step, Views(state));
+    ASSERT_TRUE(handle.ok());
+    ASSERT_TRUE((*handle)->WaitStaged().ok());
+    for (auto& t : state) std::memset(t.bytes.data(), 0xA5, t.bytes.size());
+    ASSERT_TRUE((*handle)->Wait().ok());
+    ExpectCheckpointEquals(dir.Join("root"), step, at_save);
+  }
+}
+
+TEST(AsyncEngineTest, DoneIsFalseUntilCommitted) {
+  ScratchDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  fs->SetIoDelay(absl::Milliseconds(5));
+  std::vector<OwnedTensor> state = SomeState(1);
+  auto handle = (*engine)->SaveAsync(1, Views(state));
+  ASSERT_TRUE(handle.ok());
+  EXPECT_FALSE((*handle)->Done());
+  ASSERT_TRUE((*handle)->Wait().ok());
+  EXPECT_TRUE((*handle)->Done());
+  SaveStats stats = (*handle)->stats();
+  EXPECT_EQ(stats.step, 1);
+  EXPECT_GT(stats.persist_s, 0);
+  EXPECT_LE(stats.blocked_s, stats.seconds);
+  EXPECT_FALSE(stats.skipped);
+}
+
+// Many saves back to back on a slow disk: memory stays within the budget,
+// every save commits (wait policy) and verifies.
+TEST(AsyncEngineTest, WaitPolicyOnSlowDiskStaysInBudget) {
+  ScratchDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  options.staging_bytes = 8 * (64 << 10);  // smaller than one save: saves stream
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  fs->SetIoDelay(absl::Milliseconds(1));
+  std::vector<std::vector<OwnedTensor>> states;
+  std::vector<std::shared_ptr<SaveHandle>> handles;
+  for (int64_t step = 1; step <= 8; ++step) {
+    states.push_back(SomeState(step));
+    auto handle = (*engine)->SaveAsync(step, Views(states.back()));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    EngineStats s = (*engine)->stats();
+    EXPECT_EQ(s.staging_bytes, options.staging_bytes);
+    handles.push_back(*handle);
+  }
+  for (auto& h : handles) EXPECT_TRUE(h->Wait().ok());
+  for (int64_t step = 1; step <= 8; ++step) {
+    ExpectCheckpointEquals(dir.Join("root"), step, states[step - 1]);
+  }
+  EngineStats s = (*engine)->stats();
+  EXPECT_EQ(s.saves_committed, 8u);
+  EXPECT_EQ(s.saves_skipped, 0u);
+  EXPECT_EQ(s.staging_bytes, options.staging_bytes);
+}
+
+TEST(AsyncEngineTest, SkipPolicySkipsWhileBusyAndSaysSo) {
+  ScratchDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  options.when_busy = EngineOptions::BusyPolicy::kSkip;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(1);
+  ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());  // sizes the pool: one save
+  fs->SetIoDelay(absl::Milliseconds(20));
+  auto first = (*engine)->SaveAsync(2, Views(state));
+  ASSERT_TRUE(first.ok());
+  auto second = (*engine)->SaveAsync(3, Views(state));  // pool held by step 2
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE((*second)->skipped());
+  EXPECT_TRUE((*second)->Done());
+  EXPECT_TRUE((*second)->Wait().ok());
+  EXPECT_TRUE((*second)->stats().skipped);
+  ASSERT_TRUE((*first)->Wait().ok());
+  EXPECT_FALSE((*first)->skipped());
+  auto steps = ListSteps(dir.Join("root"));
+  EXPECT_EQ(*steps, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ((*engine)->stats().saves_skipped, 1u);
+}
+
+TEST(AsyncEngineTest, BackgroundErrorIsReportedByHandleAndNextSave) {
+  ScratchDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(1);
+  fs->ResetCallCount();
+  fs->FailAt(5, Fault::kEnospc);  // somewhere among the shard writes
+  auto handle = (*engine)->SaveAsync(1, Views(state));
+  ASSERT_TRUE(handle.ok());
+  // The handle reports it...
+  absl::Status s = (*handle)->Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  // ...and having been seen, the next save is not blocked by it.
+  fs->ClearFaults();
+  auto second = (*engine)->SaveAsync(2, Views(state));
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE((*second)->Wait().ok());
+  // An error nobody waited for is reported by the next SaveAsync, once.
+  fs->ResetCallCount();
+  fs->FailAt(5, Fault::kEio);
+  auto unseen = (*engine)->SaveAsync(3, Views(state));
+  ASSERT_TRUE(unseen.ok()) << unseen.status();
+  while (!(*unseen)->Done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  fs->ClearFaults();
+  auto next = (*engine)->SaveAsync(4, Views(state));
+  ASSERT_FALSE(next.ok());
+  EXPECT_NE(std::string(next.status().message()).find("earlier save failed"), std::string::npos)
+      << next.status();
+  EXPECT_TRUE((*engine)->SaveAsync(4, Views(state)).ok());
+  EXPECT_TRUE((*engine)->Close().ok());
+  auto steps = ListSteps(dir.Join("root"));
+  EXPECT_EQ(*steps, (std::vector<int64_t>{2, 4}));
+}
+
+TEST(AsyncEngineTest, CloseReportsAnUnseenError) {
+  ScratchDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(1);
+  fs->ResetCallCount();
+  fs->FailAt(3, Fault::kEio);
+  ASSERT_TRUE((*engine)->SaveAsync(1, Views(state)).ok());
+  absl::Status closed = (*engine)->Close();
+  EXPECT_FALSE(closed.ok());
+  EXPECT_TRUE((*engine)->Close().ok());  // reported once
+  EXPECT_FALSE((*engine)->SaveAsync(2, Views(state)).ok());  // closed
+}
+
+TEST(AsyncEngineTest, CancelAbandonsInFlightSavesAndCleansUp) {
+  ScratchDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(1, 400000);
+  ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
+  fs->SetIoDelay(absl::Milliseconds(10));
+  auto handle = (*engine)->SaveAsync(2, Views(state));
+  ASSERT_TRUE(handle.ok());
+  (void)(*engine)->Close(Engine::CloseMode::kCancel);
+  absl::Status s = (*handle)->Wait();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  auto names = PosixFileSystem()->ListDir(dir.Join("root"));
+  ASSERT_TRUE(names.ok());
+  for (const std::string& name : *names) {
+    EXPECT_TRUE(name == "LATEST" || name == StepDirName(1)) << "left behind: " << name;
+  }
+  ExpectCheckpointEquals(dir.Join("root"), 1, state);
+}
+
+TEST(AsyncEngineTest, DestructorWaitsForInFlightSaves) {
+  ScratchDir dir;
+  std::vector<OwnedTensor> state = SomeState(3);
+  {
+    auto engine = Engine::Open(dir.Join("root"), SmallChunks());
+    ASSERT_TRUE(engine.ok());
+    for (int64_t step = 1; step <= 3; ++step) ASSERT_TRUE((*engine)->SaveAsync(step, Views(state)).ok());
+  }
+  for (int64_t step = 1; step <= 3; ++step) ExpectCheckpointEquals(dir.Join("root"), step, state);
+}
+
+TEST(AsyncEngineTest, SameStepTwiceInFlightIsRejected) {
+  ScratchDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  fs->SetIoDelay(absl::Milliseconds(5));
+  std::vector<OwnedTensor> state = SomeState(1);
+  auto first = (*engine)->SaveAsync(7, Views(state));
+  ASSERT_TRUE(first.ok());
+  auto again = (*engine)->SaveAsync(7, Views(state));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE((*first)->Wait().ok());
+}
+
+TEST(AsyncEngineTest, WatchdogReportsAStalledSave) {
+  ScratchDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  options.watchdog_timeout = absl::Milliseconds(50);
+  std::atomic<int64_t> stalled_step{-1};
+  options.on_stall = [&](int64_t step, absl::Duration) { stalled_step = step; };
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  fs->SetIoDelay(absl::Milliseconds(300));  // one write takes longer than the timeout
+  std::vector<OwnedTensor> state = {RandomTensor("w", DType::kFloat32, {10}, 1)};
+  auto handle = (*engine)->SaveAsync(9, Views(state));
+  ASSERT_TRUE(handle.ok());
+  ASSERT_TRUE((*handle)->Wait().ok());
+  EXPECT_EQ(stalled_step.load(), 9);
+  EXPECT_GE((*engine)->stats().watchdog_stalls, 1u);
+}
+
+TEST(AsyncEngineTest, MetricsAreLoggedAsJsonLinesAndPrometheus) {
+  ScratchDir dir;
+  EngineOptions options = SmallChunks();
+  options.metrics_jsonl_path = dir.Join("metrics.jsonl");
+  options.prometheus_textfile_path = dir.Join("ckpt.prom");
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(1);
+  ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
+  ASSERT_TRUE((*engine)->Save(2, Views(state)).ok());
+  ASSERT_TRUE((*engine)->Close().ok());
+  std::ifstream jsonl(dir.Join("metrics.jsonl"));
+  std::string line;
+  int lines = 0;
+  while (std::getline(jsonl, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["outcome"], "committed");
+    EXPECT_EQ(j["step"], lines + 1);
+    EXPECT_GT(j["file_bytes"].get<uint64_t>(), 0u);
+    EXPECT_TRUE(j.contains("blocked_s") && j.contains("persist_gbps") && j.contains("backend"));
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2);
+  std::stringstream prom;
+  prom << std::ifstream(dir.Join("ckpt.prom")).rdbuf();
+  EXPECT_NE(prom.str().find("# TYPE ckpt_saves_committed_total counter"), std::string::npos);
+  EXPECT_NE(prom.str().find("ckpt_saves_committed_total{root=\"" + dir.Join("root") + "\"} 2"),
+            std::string::npos)
+      << prom.str();
+}
+
+TEST(AsyncEngineTest, ZstdCompressedShardsRoundTrip) {
+  ScratchDir dir;
+  EngineOptions options = SmallChunks();
+  options.compression_level = 3;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(1, 100000);
+  // Compressible tensors (runs), an empty one, and awkward sizes.
+  OwnedTensor zeros{"zeros.w", DType::kFloat32, {300000}, std::vector<uint8_t>(1200000, 0)};
+  state.push_back(zeros);
+  state.push_back(RandomTensor("odd.empty", DType::kInt64, {0}, 1));
+  state.push_back(RandomTensor("odd.b4097", DType::kUInt8, {4097}, 2));
+  auto stats = (*engine)->Save(1, Views(state));
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_LT(stats->file_bytes, stats->tensor_bytes);
+  ExpectCheckpointEquals(dir.Join("root"), 1, state);
+  auto reader = Reader::Open(dir.Join("root"), ReaderOptions{});
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->Find("zeros.w")->encoding, "zstd");
+  EXPECT_LT((*reader)->Find("zeros.w")->stored_bytes, 10000u);
+}
+
+TEST(AsyncEngineTest, CorruptCompressedRecordIsDataLoss) {
+  ScratchDir dir;
+  EngineOptions options = SmallChunks();
+  options.compression_level = 1;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = {
+      OwnedTensor{"m.w", DType::kUInt8, {100000}, std::vector<uint8_t>(100000, 7)}};
+  ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
+  auto reader = Reader::Open(dir.Join("root"), ReaderOptions{});
+  ASSERT_TRUE(reader.ok());
+  const TensorInfo* info = (*reader)->Find("m.w");
+  {
+    std::fstream f((*reader)->dir() + "/" + info->shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(info->offset + info->stored_bytes / 2));
+    f.put('\x55');
+  }
+  auto t = (*reader)->Read("m.w");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss) << t.status();
+  EXPECT_NE(std::string(t.status().message()).find("m.w"), std::string::npos);
+  EXPECT_EQ((*reader)->Verify().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(AsyncEngineTest, ConcurrentSaversAreSerialized) {
+  ScratchDir dir;
+  auto engine = Engine::Open(dir.Join("root"), SmallChunks());
+  ASSERT_TRUE(engine.ok());
+  std::vector<std::vector<OwnedTensor>> states;
+  for (int i = 0; i < 4; ++i) states.push_back(SomeState(i + 1));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      for (int k = 0; k < 3; ++k) {
+        auto h = (*engine)->SaveAsync(i * 10 + k, Views(states[i]));
+        ASSERT_TRUE(h.ok()) << h.status();
+        ASSERT_TRUE((*h)->Wait().ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    for (int k = 0; k < 3; ++k) ExpectCheckpointEquals(dir.Join("root"), i * 10 + k, states[i]);
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
