@@ -3,6 +3,7 @@
 #include "ckpt/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <thread>
@@ -29,6 +30,8 @@ namespace ckpt {
 namespace {
 
 using namespace internal;  // NOLINT: the engine is the glue of the internals
+
+std::atomic<DeviceCopierFactory> device_copier_factory{nullptr};
 
 constexpr char kWriter[] = "ckpt 0.1.0";
 
@@ -63,9 +66,8 @@ absl::Status ValidateSave(int64_t step, std::span<const TensorView> tensors,
     if (t.nbytes > 0 && t.data == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": data is null"));
     }
-    if (t.device != TensorView::Device::kCpu) {
-      return absl::UnimplementedError(absl::StrCat(
-          where, ": is on a CUDA device, and this build or machine has no CUDA stager"));
+    if (t.device != TensorView::Device::kCpu && t.device != TensorView::Device::kCuda) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown device"));
     }
   }
   auto extras = nlohmann::json::parse(extras_json.begin(), extras_json.end(), nullptr,
@@ -112,7 +114,7 @@ class LazyStager {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      job->FinishStaging(StageJob(*job, *pool_));
+      job->FinishStaging(StageJob(*job, *pool_, job->copier));
     }
   }
 
@@ -196,6 +198,21 @@ class EngineImpl final : public Engine {
         step, std::string(extras_json), std::vector<TensorView>(tensors.begin(), tensors.end()),
         std::move(plan), final_name, JoinPath(root_, TempDirName(step, NextNonce())));
     job->start_time = start;
+    for (const TensorView& t : tensors) {
+      if (t.device == TensorView::Device::kCpu) continue;
+      if (copier_ == nullptr) {
+        DeviceCopierFactory factory = device_copier_factory.load();
+        auto copier = factory != nullptr ? factory() : NewCudaCopier();
+        if (!copier.ok()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "tensor \"", t.name, "\" is in CUDA memory, but no CUDA device can be used: ",
+              copier.status().message()));
+        }
+        copier_ = std::move(*copier);
+      }
+      job->copier = copier_.get();
+      break;
+    }
     if (options_.when_busy == EngineOptions::BusyPolicy::kSkip && in_flight > 0 &&
         pool_.free_count() < needed) {
       SaveStats stats;
@@ -224,7 +241,7 @@ class EngineImpl final : public Engine {
     }
     // A staging failure (the persister failed meanwhile, or the engine is
     // closing) is reported by the handle, with the persister's reason.
-    absl::Status staged = StageJob(*job, pool_);
+    absl::Status staged = StageJob(*job, pool_, job->copier);
     job->blocked_s = SecondsSince(start);
     job->FinishStaging(staged);
     return job;
@@ -359,6 +376,9 @@ class EngineImpl final : public Engine {
   MetricsSink metrics_;  // persister thread only
   std::unique_ptr<Persister> persister_;
   std::unique_ptr<LazyStager> lazy_;
+  // Created on the first save with device tensors; used by the stager only
+  // (under `staging_mu_`, or on the lazy stager's thread).
+  std::unique_ptr<DeviceCopier> copier_;
   std::thread watchdog_;
 
   // Serializes planning and staging, so saves stage and persist in order.
@@ -374,6 +394,12 @@ class EngineImpl final : public Engine {
 };
 
 }  // namespace
+
+namespace internal {
+void SetDeviceCopierFactoryForTesting(DeviceCopierFactory factory) {
+  device_copier_factory.store(factory);
+}
+}  // namespace internal
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
                                                      const EngineOptions& options) {

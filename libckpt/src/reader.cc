@@ -117,7 +117,12 @@ absl::StatusOr<File*> ReaderImpl::GetFile(const std::string& shard) {
 
 absl::Status ReaderImpl::EnsurePool() {
   if (pool_.has_value()) return absl::OkStatus();
-  CKPT_ASSIGN_OR_RETURN(ChunkPool pool, ChunkPool::Create(io_.chunk_bytes, io_.buffer_bytes,
+  // No more than the checkpoint could use: small checkpoints open fast.
+  uint64_t largest = 0;
+  for (const TensorInfo& t : manifest_.tensors) largest = std::max(largest, t.raw_bytes);
+  const uint64_t wanted = std::max<uint64_t>(2 * io_.chunk_bytes,
+                                             std::min<uint64_t>(io_.buffer_bytes, AlignUp(largest) * 2));
+  CKPT_ASSIGN_OR_RETURN(ChunkPool pool, ChunkPool::Create(io_.chunk_bytes, wanted,
                                                           backend_.queue.get()));
   pool_.emplace(std::move(pool));
   for (size_t i = pool_->count(); i > 0; --i) free_chunks_.push_back(i - 1);

@@ -96,7 +96,8 @@ class Engine {
   virtual ~Engine() = default;
 
   // Starts saving checkpoint `step` of `tensors` with `extras_json` (a JSON
-  // object kept verbatim in the manifest). Returns after staging (eager
+  // object stored in the manifest; readers get it back as compact JSON with
+  // the same members and values, not byte-for-byte). Returns after staging (eager
   // mode) or at once (`EngineOptions::lazy_staging`: the copy runs in the
   // background; call `WaitStaged()` before mutating the tensors).
   //

@@ -55,7 +55,7 @@ class Reader {
 
   virtual int64_t step() const = 0;
   virtual const std::string& dir() const = 0;
-  // The extras object given to `Save`, as JSON text.
+  // The extras object given to `Save`, as compact JSON text.
   virtual const std::string& extras_json() const = 0;
   virtual const std::vector<TensorInfo>& tensors() const = 0;
   // nullptr if there is no tensor `name`.

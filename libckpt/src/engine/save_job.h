@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ckpt/engine.h"
 #include "format/shard_plan.h"
+#include "staging/device_copier.h"
 
 namespace ckpt::internal {
 
@@ -98,6 +99,8 @@ class SaveJob final : public SaveHandle {
   const std::string temp_dir;
   std::vector<uint64_t> hashes;  // written by the stager, read by the persister after staging
   Clock::time_point start_time = Clock::now();
+  // Copies device tensors; null when the save has none.
+  DeviceCopier* copier = nullptr;
   // Stager-owned figures, published by `FinishStaging`.
   double blocked_s = 0;
   double staging_s = 0;

@@ -132,7 +132,8 @@ class DurabilityLog {
 
   void FileSynced(TrackedFile& file, uint64_t size) { file.synced_size = size; }
 
-  void DirCreated(const std::string& path) {
+  // A directory, or a file not opened for writing, was created.
+  void Created(const std::string& path) {
     AddEntry(Entry::Kind::kCreate, Normalize(path), "", Replaced{});
   }
 
@@ -576,6 +577,9 @@ absl::StatusOr<std::unique_ptr<File>> FaultInjectionFileSystem::Open(const std::
     }
     absl::MutexLock lock(&state_->mu_);
     tracked = state_->log_.FileOpened(path, /*created=*/!existed, options.truncate, size);
+  } else if (!existed) {
+    absl::MutexLock lock(&state_->mu_);
+    state_->log_.Created(path);
   }
   return std::unique_ptr<File>(
       std::make_unique<FaultFile>(state_, std::move(*file), std::move(tracked)));
@@ -586,7 +590,7 @@ absl::Status FaultInjectionFileSystem::CreateDir(const std::string& path) {
   absl::Status status = base_->CreateDir(path);
   if (!status.ok()) return status;
   absl::MutexLock lock(&state_->mu_);
-  state_->log_.DirCreated(path);
+  state_->log_.Created(path);
   return absl::OkStatus();
 }
 

@@ -1,0 +1,462 @@
+// Tests of the ckpt-restore binary: checkpoints are written with ckpt::Engine,
+// damaged on disk, and the built tool is run as an operator would run it.
+//
+// The binary is found beside this test's build directory
+// (<build>/tests/../tools/ckpt-restore) or at $CKPT_RESTORE_BIN.
+#include <fcntl.h>
+#include <limits.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "ckpt/catalog.h"
+#include "ckpt/engine.h"
+#include "ckpt/reader.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace ckpt {
+namespace {
+
+using ::ckpt::testing::OwnedTensor;
+using ::ckpt::testing::RandomTensor;
+using ::ckpt::testing::ScratchDir;
+using ::ckpt::testing::Views;
+using Json = nlohmann::json;
+
+std::string RestoreBinary() {
+  if (const char* env = getenv("CKPT_RESTORE_BIN"); env != nullptr && *env != '\0') return env;
+  char exe[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return "";
+  std::string path(exe, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/')) + "/../tools/ckpt-restore";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Whether `text` contains `part`, saying what was missing when not.
+::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  if (absl::StrContains(text, part)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << part << "' not found in:\n" << text;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+// What one run of the tool printed and returned.
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::ostream& operator<<(std::ostream& os, const RunResult& r) {
+  return os << "exit " << r.exit_code << "\n--- stdout:\n" << r.out << "--- stderr:\n" << r.err;
+}
+
+class CkptRestoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bin_ = RestoreBinary();
+    ASSERT_EQ(access(bin_.c_str(), X_OK), 0)
+        << "ckpt-restore not found at '" << bin_
+        << "': build the ckpt-restore target (tools/) or set CKPT_RESTORE_BIN";
+    root_ = scratch_.Join("root");
+  }
+
+  // Runs ckpt-restore with `args`, capturing stdout, stderr and the exit code.
+  RunResult Run(const std::vector<std::string>& args) {
+    std::vector<std::string> words = {bin_};
+    words.insert(words.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    const std::string out_path = scratch_.Join("stdout.txt");
+    const std::string err_path = scratch_.Join("stderr.txt");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, bin_.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    RunResult result;
+    if (rc != 0) {
+      ADD_FAILURE() << "posix_spawn " << bin_ << ": " << strerror(rc);
+      return result;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result.out = ReadFile(out_path);
+    result.err = ReadFile(err_path);
+    return result;
+  }
+
+  static std::vector<OwnedTensor> Tensors(int64_t step) {
+    const uint64_t seed = static_cast<uint64_t>(step) * 16;
+    return {RandomTensor("model.embed.weight", DType::kFloat32, {16, 8}, seed + 1),
+            RandomTensor("model.fc.weight", DType::kFloat32, {8, 8}, seed + 2),
+            RandomTensor("model.fc.bias", DType::kBFloat16, {8}, seed + 3),
+            RandomTensor("optim.step", DType::kInt64, {}, seed + 4)};
+  }
+  static uint64_t TensorBytes() {
+    uint64_t total = 0;
+    for (const OwnedTensor& t : Tensors(0)) total += t.bytes.size();
+    return total;
+  }
+
+  // Saves checkpoints `steps` under root_, extras {"epoch": step / 100}.
+  void Save(const std::vector<int64_t>& steps) {
+    EngineOptions options;
+    options.shard_min_bytes = 1;  // one shard per module
+    auto engine = Engine::Open(root_, options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    for (int64_t step : steps) {
+      const std::vector<OwnedTensor> tensors = Tensors(step);
+      auto stats = (*engine)->Save(step, Views(tensors),
+                                   absl::StrFormat(R"({"epoch": %d})", step / 100));
+      ASSERT_TRUE(stats.ok()) << stats.status();
+    }
+  }
+
+  std::string StepDir(int64_t step) const { return root_ + "/" + StepDirName(step); }
+
+  // Where tensor `name` of checkpoint `step` lies, from its manifest.
+  TensorInfo Locate(int64_t step, const std::string& name) {
+    ReaderOptions options;
+    options.step = step;
+    auto reader = Reader::Open(root_, options);
+    EXPECT_TRUE(reader.ok()) << reader.status();
+    if (!reader.ok()) return {};
+    const TensorInfo* info = (*reader)->Find(name);
+    EXPECT_NE(info, nullptr) << name;
+    return info != nullptr ? *info : TensorInfo{};
+  }
+
+  static void FlipByte(const std::string& path, uint64_t offset) {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(file.is_open()) << path;
+    file.seekg(static_cast<std::streamoff>(offset));
+    char byte = 0;
+    ASSERT_TRUE(file.read(&byte, 1)) << path << " has no byte " << offset;
+    byte = static_cast<char>(byte ^ 0x5a);
+    file.seekp(static_cast<std::streamoff>(offset));
+    ASSERT_TRUE(file.write(&byte, 1));
+  }
+
+  // Flips a byte inside the record of `name` in checkpoint `step`; returns the
+  // shard file name.
+  std::string DamageTensor(int64_t step, const std::string& name) {
+    const TensorInfo info = Locate(step, name);
+    FlipByte(StepDir(step) + "/" + info.shard, info.offset + info.raw_bytes / 2);
+    return info.shard;
+  }
+
+  // Expects a usage or lookup error: `code`, nothing on stdout, one line on
+  // stderr starting "ckpt-restore: " and containing `text`.
+  void ExpectError(const std::vector<std::string>& args, int code, const std::string& text) {
+    SCOPED_TRACE(absl::StrJoin(args, " "));
+    const RunResult r = Run(args);
+    EXPECT_EQ(r.exit_code, code) << r;
+    EXPECT_EQ(r.out, "") << r;
+    EXPECT_EQ(Lines(r.err).size(), 1u) << r;
+    EXPECT_TRUE(absl::StartsWith(r.err, "ckpt-restore: ")) << r;
+    EXPECT_TRUE(Contains(r.err, text)) << r;
+  }
+
+  ScratchDir scratch_{"ckpt-restore-test"};
+  std::string root_;
+  std::string bin_;
+};
+
+TEST_F(CkptRestoreTest, ListShowsEveryStep) {
+  Save({100, 200, 300});
+  const RunResult r = Run({"--root", root_, "--list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 4u) << r;
+  EXPECT_TRUE(Contains(lines[0], "STEP"));
+  for (int i = 0; i < 3; ++i) {
+    const std::string step = absl::StrCat((i + 1) * 100);
+    EXPECT_TRUE(absl::StartsWith(absl::StripLeadingAsciiWhitespace(lines[1 + i]), step)) << r;
+    EXPECT_TRUE(Contains(lines[1 + i], "full"));
+    EXPECT_TRUE(absl::EndsWith(lines[1 + i], "ok")) << lines[1 + i];
+  }
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CkptRestoreTest, ListJsonParses) {
+  Save({100, 200, 300});
+  const RunResult r = Run({"--root", root_, "--list", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const Json row = Json::parse(lines[i]);
+    EXPECT_EQ(row["step"], static_cast<int64_t>((i + 1) * 100));
+    EXPECT_EQ(row["kind"], "full");
+    EXPECT_EQ(row["tensor_count"], 4);
+    EXPECT_EQ(row["tensor_bytes"], TensorBytes());
+    EXPECT_GE(row["file_bytes"].get<uint64_t>(), TensorBytes());
+    EXPECT_GE(row["shard_count"].get<uint64_t>(), 1u);
+    EXPECT_GT(row["created_unix_ns"].get<int64_t>(), 0);
+    EXPECT_EQ(row["ok"], true);
+    EXPECT_TRUE(row["error"].is_null());
+    EXPECT_EQ(row["dir"], StepDir((i + 1) * 100));
+    EXPECT_TRUE(row["latest"].is_boolean());
+  }
+}
+
+TEST_F(CkptRestoreTest, VerifyPassesOnGoodData) {
+  Save({100, 200, 300});
+  RunResult r = Run({"--root", root_, "--verify"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.out, "step 100: ok"));
+  EXPECT_TRUE(Contains(r.out, "step 200: ok"));
+  EXPECT_TRUE(Contains(r.out, "step 300: ok"));
+  EXPECT_EQ(r.err, "");
+
+  r = Run({"--root", root_, "--verify", "--step", "200"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(Lines(r.out).size(), 1u) << r;
+  EXPECT_TRUE(Contains(r.out, "step 200: ok (4 tensors"));
+
+  r = Run({"--root", root_, "--latest", "--verify"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.out, "newest checkpoint that verifies: step 300"));
+  EXPECT_EQ(r.err, "");
+
+  r = Run({"--root", root_, "--verify", "--all", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  ASSERT_EQ(Lines(r.out).size(), 3u) << r;
+  for (const std::string& line : Lines(r.out)) {
+    const Json row = Json::parse(line);
+    EXPECT_EQ(row["ok"], true);
+    EXPECT_EQ(row["tensor_count"], 4);
+  }
+}
+
+TEST_F(CkptRestoreTest, FlippedByteNamesStepFileAndTensor) {
+  Save({100, 200, 300});
+  const std::string shard = DamageTensor(300, "model.fc.weight");
+  const RunResult r = Run({"--root", root_, "--verify", "--all"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(Contains(r.out, "step 100: ok"));
+  EXPECT_TRUE(Contains(r.out, "step 200: ok"));
+  std::string failure;
+  for (const std::string& line : Lines(r.out)) {
+    if (absl::StartsWith(line, "step 300: FAILED: ")) failure = line;
+  }
+  ASSERT_NE(failure, "") << r;
+  EXPECT_TRUE(Contains(failure, "DATA_LOSS"));
+  EXPECT_TRUE(Contains(failure, shard));
+  EXPECT_TRUE(Contains(failure, "model.fc.weight"));
+  EXPECT_TRUE(Contains(r.err, "ckpt-restore: verification failed for 1 of 3"));
+  EXPECT_TRUE(Contains(r.err, "300"));
+
+  const RunResult one = Run({"--root", root_, "--verify", "--step", "300"});
+  EXPECT_EQ(one.exit_code, 1) << one;
+  EXPECT_TRUE(Contains(one.out, "step 300: FAILED"));
+}
+
+TEST_F(CkptRestoreTest, LatestSkipsDamagedNewest) {
+  Save({100, 200, 300});
+  DamageTensor(300, "model.embed.weight");
+  RunResult r = Run({"--root", root_, "--latest", "--verify"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.err, "ckpt-restore: skipped step 300: DATA_LOSS"));
+  EXPECT_TRUE(Contains(r.err, "model.embed.weight"));
+  EXPECT_TRUE(Contains(r.err, "fell back to step 200"));
+  EXPECT_TRUE(Contains(r.out, "newest checkpoint that verifies: step 200"));
+  EXPECT_TRUE(Contains(r.out, "step 300: FAILED"));
+
+  // Without --verify, --latest shows the checkpoint it fell back to.
+  r = Run({"--root", root_, "--latest"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.err, "skipped step 300"));
+  EXPECT_TRUE(absl::StartsWith(r.out, "step 200 ")) << r;
+  EXPECT_TRUE(Contains(r.out, "model.fc.weight"));
+}
+
+TEST_F(CkptRestoreTest, TruncatedShardIsDetected) {
+  Save({100, 200});
+  const TensorInfo info = Locate(200, "model.fc.weight");
+  const std::string path = StepDir(200) + "/" + info.shard;
+  ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(info.offset + info.raw_bytes / 2)), 0);
+  RunResult r = Run({"--root", root_, "--verify", "--all"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(Contains(r.out, "step 100: ok"));
+  EXPECT_TRUE(Contains(r.out, "step 200: FAILED"));
+  EXPECT_TRUE(Contains(r.out, info.shard));
+
+  r = Run({"--root", root_, "--latest", "--verify"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.err, "skipped step 200"));
+  EXPECT_TRUE(Contains(r.out, "newest checkpoint that verifies: step 100"));
+}
+
+TEST_F(CkptRestoreTest, CorruptManifestIsDetected) {
+  Save({100, 200});
+  const std::string manifest = StepDir(200) + "/MANIFEST.json";
+  const std::string text = ReadFile(manifest);
+  ASSERT_GT(text.size(), 10u);
+  FlipByte(manifest, text.size() / 2);
+
+  RunResult r = Run({"--root", root_, "--list"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.out, "DAMAGED: DATA_LOSS"));
+
+  r = Run({"--root", root_, "--list", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r;
+  EXPECT_EQ(Json::parse(lines[0])["ok"], true);
+  const Json bad = Json::parse(lines[1]);
+  EXPECT_EQ(bad["step"], 200);
+  EXPECT_EQ(bad["ok"], false);
+  ASSERT_TRUE(bad["error"].is_string());
+  EXPECT_TRUE(Contains(bad["error"].get<std::string>(), "MANIFEST.json"));
+
+  r = Run({"--root", root_, "--verify"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(Contains(r.out, "step 200: FAILED: DATA_LOSS"));
+
+  r = Run({"--root", root_, "--latest", "--verify"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.err, "skipped step 200"));
+  EXPECT_TRUE(Contains(r.out, "newest checkpoint that verifies: step 100"));
+
+  r = Run({"--root", root_, "--step", "200"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(Contains(r.err, "ckpt-restore: step 200: DATA_LOSS"));
+}
+
+TEST_F(CkptRestoreTest, LatestFailsWhenNothingVerifies) {
+  Save({100, 200});
+  DamageTensor(100, "optim.step");
+  DamageTensor(200, "model.fc.bias");
+  const RunResult r = Run({"--root", root_, "--latest", "--verify"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(Contains(r.err, "skipped step 200"));
+  EXPECT_TRUE(Contains(r.err, "skipped step 100"));
+  EXPECT_TRUE(Contains(r.err, "no checkpoint in " + root_ + " verifies"));
+}
+
+TEST_F(CkptRestoreTest, ShowPrintsTensorsAndExtras) {
+  Save({100, 200});
+  RunResult r = Run({"--root", root_, "--step", "200"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(absl::StartsWith(r.out, "step 200 ")) << r;
+  std::string extras;
+  for (const std::string& line : Lines(r.out)) {
+    if (absl::StartsWith(line, "extras: ")) extras = line.substr(8);
+  }
+  EXPECT_EQ(Json::parse(extras), Json::parse(R"({"epoch": 2})")) << r;
+  for (const OwnedTensor& t : Tensors(200)) {
+    std::string row;
+    for (const std::string& line : Lines(r.out)) {
+      if (absl::StartsWith(line, t.name + " ")) row = line;
+    }
+    ASSERT_NE(row, "") << t.name << "\n" << r;
+    EXPECT_TRUE(Contains(row, std::string(DTypeName(t.dtype))));
+    EXPECT_TRUE(Contains(row, absl::StrCat(" ", t.bytes.size(), " ")));
+  }
+  EXPECT_TRUE(Contains(r.out, "[16, 8]"));
+  EXPECT_TRUE(Contains(r.out, "[]"));
+
+  r = Run({"--root", root_, "--step", "100", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  ASSERT_EQ(Lines(r.out).size(), 1u) << r;
+  const Json shown = Json::parse(r.out);
+  EXPECT_EQ(shown["step"], 100);
+  EXPECT_EQ(shown["extras"]["epoch"], 1);
+  ASSERT_EQ(shown["tensors"].size(), 4u);
+  EXPECT_EQ(shown["tensors"][1]["name"], "model.fc.weight");
+  EXPECT_EQ(shown["tensors"][1]["shape"], Json::array({8, 8}));
+  EXPECT_EQ(shown["tensors"][1]["dtype"], "float32");
+}
+
+TEST_F(CkptRestoreTest, PositionalRootIsAccepted) {
+  Save({100});
+  const RunResult r = Run({root_, "--latest", "--verify"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.out, "step 100"));
+}
+
+TEST_F(CkptRestoreTest, UsageErrorsExit2) {
+  Save({100});
+  ExpectError({}, 2, "--root");
+  ExpectError({"--list"}, 2, "--root DIR is required");
+  ExpectError({"--root", root_}, 2, "nothing to do");
+  ExpectError({"--root", root_, "--step", "100", "--latest"}, 2, "--step and --latest");
+  ExpectError({"--root", root_, "--verify", "--all", "--step", "100"}, 2, "--all");
+  ExpectError({"--root", root_, "--verify", "--all", "--latest"}, 2, "--all");
+  ExpectError({"--root", root_, "--list", "--verify"}, 2, "--list and --verify");
+  ExpectError({"--root", root_, "--list", "--step", "100"}, 2, "--list");
+  ExpectError({"--root", root_, "--all"}, 2, "--all needs an action");
+  ExpectError({"--root", root_, "--bogus"}, 2, "unknown flag --bogus");
+  ExpectError({"--root", root_, "--step", "abc"}, 2, "--step");
+  ExpectError({"--root", root_, "--step=-5"}, 2, "--step must be");
+  ExpectError({"--root", root_, "--step"}, 2, "--step needs a value");
+  ExpectError({"--root", root_, "--nolist=1"}, 2, "takes no value");
+  ExpectError({"--root", root_, root_ + "x", "--list"}, 2, "ROOT given twice");
+  ExpectError({root_, root_, "--list"}, 2, "unexpected argument");
+}
+
+TEST_F(CkptRestoreTest, MissingThingsExit3) {
+  ExpectError({"--root", scratch_.Join("nope"), "--list"}, 3, "does not exist");
+  { std::ofstream(scratch_.Join("file")) << "x"; }
+  ExpectError({"--root", scratch_.Join("file"), "--list"}, 3, "not a directory");
+  ASSERT_EQ(mkdir(root_.c_str(), 0755), 0);
+  ExpectError({"--root", root_, "--list"}, 3, "no committed checkpoints");
+  ExpectError({"--root", root_, "--latest", "--verify"}, 3, "no committed checkpoints");
+  Save({100, 200});
+  ExpectError({"--root", root_, "--step", "999"}, 3, "no checkpoint at step 999");
+  ExpectError({"--root", root_, "--verify", "--step", "150"}, 3, "it has steps 100, 200");
+}
+
+TEST_F(CkptRestoreTest, HelpDescribesEveryFlagAndExitCode) {
+  const RunResult r = Run({"--help"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  for (const char* flag : {"--root DIR", "--list", "--verify", "--step N", "--latest", "--all",
+                           "--json", "--help"}) {
+    EXPECT_TRUE(Contains(r.out, absl::StrCat("\n  ", flag, "\n"))) << flag;
+  }
+  EXPECT_TRUE(Contains(r.out, "Exit codes:"));
+  for (const char* code : {"\n  0  ", "\n  1  ", "\n  2  ", "\n  3  ", "\n  4  "}) {
+    EXPECT_TRUE(Contains(r.out, code));
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
