@@ -9,9 +9,12 @@
 
 namespace ckpt::testing {
 
-ScratchDir::ScratchDir(const std::string& prefix) {
-  const char* base = getenv("TEST_TMPDIR");
-  std::string templ = std::string(base != nullptr ? base : "/tmp") + "/" + prefix + "-XXXXXX";
+ScratchDir::ScratchDir(const std::string& prefix) : ScratchDir(prefix, "") {}
+
+ScratchDir::ScratchDir(const std::string& prefix, const std::string& base) {
+  const char* env = getenv("TEST_TMPDIR");
+  std::string dir = !base.empty() ? base : env != nullptr ? env : "/tmp";
+  std::string templ = dir + "/" + prefix + "-XXXXXX";
   if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + templ);
   path_ = templ;
 }

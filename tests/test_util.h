@@ -16,6 +16,8 @@ namespace ckpt::testing {
 class ScratchDir {
  public:
   explicit ScratchDir(const std::string& prefix = "ckpt-test");
+  // Under `base` instead ("" keeps the default above).
+  ScratchDir(const std::string& prefix, const std::string& base);
   ~ScratchDir();
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;

@@ -13,7 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "util/mutex.h"
 #include "engine/metrics.h"
 #include "engine/persister.h"
 #include "engine/save_job.h"
@@ -90,12 +90,12 @@ class LazyStager {
   explicit LazyStager(StagingPool* pool) : pool_(pool), thread_([this] { Run(); }) {}
   ~LazyStager() { Stop(); }
   void Enqueue(std::shared_ptr<SaveJob> job) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     jobs_.push_back(std::move(job));
   }
   void Stop() {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
     if (thread_.joinable()) thread_.join();
@@ -106,10 +106,8 @@ class LazyStager {
     while (true) {
       std::shared_ptr<SaveJob> job;
       {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](LazyStager* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stopping_ || !s->jobs_.empty(); },
-            this));
+        MutexLock lock(&mu_);
+        mu_.Await([this] { return stopping_ || !jobs_.empty(); });
         if (jobs_.empty()) return;
         job = std::move(jobs_.front());
         jobs_.pop_front();
@@ -119,7 +117,7 @@ class LazyStager {
   }
 
   StagingPool* const pool_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<std::shared_ptr<SaveJob>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
@@ -167,9 +165,9 @@ class EngineImpl final : public Engine {
     const Clock::time_point start = Clock::now();
     CKPT_RETURN_IF_ERROR(ValidateSave(step, tensors, extras_json));
     CKPT_RETURN_IF_ERROR(TakeUnreportedError());
-    absl::MutexLock staging_lock(&staging_mu_);
+    MutexLock staging_lock(&staging_mu_);
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (closed_) return absl::FailedPreconditionError(absl::StrCat("engine for ", root_, " is closed"));
       if (steps_in_flight_.contains(step)) {
         return absl::AlreadyExistsError(absl::StrCat("step ", step, " is already being saved"));
@@ -188,7 +186,7 @@ class EngineImpl final : public Engine {
     const size_t needed = ChunksNeeded(plan, pool_.chunk_bytes());
     size_t in_flight;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       in_flight = inflight_.size();
     }
     if (in_flight == 0 && (pool_.count() < 2 || (options_.staging_bytes == 0 && pool_.count() < needed))) {
@@ -220,7 +218,7 @@ class EngineImpl final : public Engine {
       stats.blocked_s = SecondsSince(start);
       stats.backend = backend_.description;
       job->MarkSkipped(stats);
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       ++stats_.saves_started;
       ++stats_.saves_skipped;
       stats_.last = stats;
@@ -228,7 +226,7 @@ class EngineImpl final : public Engine {
       return job;
     }
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       ++stats_.saves_started;
       inflight_.push_back(job);
       steps_in_flight_.insert(step);
@@ -256,7 +254,7 @@ class EngineImpl final : public Engine {
 
   absl::Status Close(CloseMode mode) override {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (closed_) return absl::OkStatus();
       closed_ = true;
       if (mode == CloseMode::kCancel) {
@@ -265,10 +263,10 @@ class EngineImpl final : public Engine {
     }
     if (mode == CloseMode::kCancel) pool_.Cancel();
     if (lazy_ != nullptr) lazy_->Stop();
-    absl::MutexLock staging_lock(&staging_mu_);  // no save is staging past this point
+    MutexLock staging_lock(&staging_mu_);  // no save is staging past this point
     persister_->Stop(mode == CloseMode::kCancel);
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       watchdog_stop_ = true;
     }
     if (watchdog_.joinable()) watchdog_.join();
@@ -276,7 +274,7 @@ class EngineImpl final : public Engine {
   }
 
   EngineStats stats() const override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     EngineStats s = stats_;
     s.saves_in_flight = inflight_.size();
     s.staging_bytes = pool_.count() * pool_.chunk_bytes();
@@ -290,13 +288,13 @@ class EngineImpl final : public Engine {
 
  private:
   uint64_t NextNonce() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return absl::Uniform<uint64_t>(gen_);
   }
 
   // The first failure no handle reported, annotated; marks it reported.
   absl::Status TakeUnreportedError() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     while (!failed_.empty()) {
       std::shared_ptr<SaveJob> job = std::move(failed_.front());
       failed_.pop_front();
@@ -314,7 +312,7 @@ class EngineImpl final : public Engine {
     const absl::Status outcome = job.outcome();
     EngineStats snapshot;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       auto it = std::find_if(inflight_.begin(), inflight_.end(),
                              [&](const auto& j) { return j.get() == &job; });
       std::shared_ptr<SaveJob> owned;
@@ -350,9 +348,9 @@ class EngineImpl final : public Engine {
     const absl::Duration timeout = options_.watchdog_timeout;
     const absl::Duration period =
         std::clamp(timeout / 4, absl::Milliseconds(10), absl::Seconds(1));
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     while (!watchdog_stop_) {
-      mu_.AwaitWithTimeout(absl::Condition(&watchdog_stop_), period);
+      mu_.AwaitWithTimeout([this] { return watchdog_stop_; }, period);
       if (watchdog_stop_ || inflight_.empty()) continue;
       std::shared_ptr<SaveJob> job = inflight_.front();
       const absl::Duration idle = absl::FromChrono(job->since_progress());
@@ -382,8 +380,8 @@ class EngineImpl final : public Engine {
   std::thread watchdog_;
 
   // Serializes planning and staging, so saves stage and persist in order.
-  absl::Mutex staging_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  mutable absl::Mutex mu_;
+  Mutex staging_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool watchdog_stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<std::shared_ptr<SaveJob>> inflight_ ABSL_GUARDED_BY(mu_);
@@ -424,8 +422,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   if (!stat->is_directory) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint root ", root, " is not a directory"));
   }
-  CKPT_ASSIGN_OR_RETURN(internal::IoBackend backend, OpenIoBackend(*fs, options.io, root));
-  auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(backend));
+  auto backend = OpenIoBackend(*fs, options.io, root);
+  if (!backend.ok()) return Annotate(backend.status(), absl::StrCat("checkpoint root ", root));
+  auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(*backend));
   CKPT_RETURN_IF_ERROR(engine->Start());
   return std::unique_ptr<Engine>(std::move(engine));
 }

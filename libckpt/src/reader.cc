@@ -414,7 +414,9 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
                                                      const ReaderOptions& options) {
   std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
-  CKPT_ASSIGN_OR_RETURN(internal::IoBackend backend, OpenIoBackend(*fs, options.io, ""));
+  auto opened = OpenIoBackend(*fs, options.io, "");
+  if (!opened.ok()) return Annotate(opened.status(), absl::StrCat("checkpoint root ", root));
+  internal::IoBackend backend = std::move(*opened);
   if (options.step.has_value()) {
     const int64_t step = *options.step;
     if (!std::binary_search(steps.begin(), steps.end(), step)) {
@@ -432,6 +434,12 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
     if (manifest.ok()) {
       return std::unique_ptr<Reader>(
           new ReaderImpl(fs, options.io, dir, std::move(*manifest), std::move(backend)));
+    }
+    // Only damage is skipped: an I/O error (EIO, EACCES, ...) may be
+    // transient, and silently restoring an older step would hide it.
+    if (manifest.status().code() != absl::StatusCode::kDataLoss &&
+        manifest.status().code() != absl::StatusCode::kUnimplemented) {
+      return Annotate(manifest.status(), absl::StrCat("checkpoint step ", *it, " in ", root));
     }
     Log(LogLevel::kWarning, absl::StrCat("skipping step ", *it, ": ", manifest.status().message()));
     absl::StrAppend(&skipped, skipped.empty() ? "" : "; ", "step ", *it, ": ",

@@ -1,5 +1,7 @@
 #include "commit/commit.h"
 
+#include <optional>
+
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -15,17 +17,15 @@ uint64_t Nonce() {
   return absl::Uniform<uint64_t>(*gen);
 }
 
-absl::Status ReplaceLatest(FileSystem& fs, IoQueue& queue, const std::string& root,
-                           const std::string& final_name) {
+// Writes `contents` to a fresh temp file and renames it over ROOT/LATEST.
+absl::Status WriteLatest(FileSystem& fs, IoQueue& queue, const std::string& root,
+                         const std::string& contents) {
   const std::string temp =
       JoinPath(root, absl::StrFormat(".%s.tmp-%016x", kLatestName, Nonce()));
-  absl::Status s = WriteFileDurably(fs, queue, temp, absl::StrCat(final_name, "\n"));
+  absl::Status s = WriteFileDurably(fs, queue, temp, contents);
   if (s.ok()) s = fs.Rename(temp, JoinPath(root, kLatestName), RenameMode::kReplace);
-  if (!s.ok()) {
-    (void)fs.RemoveFile(temp);
-    return s;
-  }
-  return fs.SyncDir(root);
+  if (!s.ok()) (void)fs.RemoveFile(temp);
+  return s;
 }
 
 }  // namespace
@@ -36,9 +36,32 @@ absl::Status CommitCheckpoint(FileSystem& fs, IoQueue& queue, const std::string&
   const std::string final_dir = JoinPath(root, final_name);
   CKPT_RETURN_IF_ERROR(fs.Rename(temp_dir, final_dir, RenameMode::kNoReplace));
   absl::Status s = fs.SyncDir(root);
-  if (s.ok()) s = ReplaceLatest(fs, queue, root, final_name);
+  // LATEST as it was, to put back if the rest fails (absent: nullopt).
+  std::optional<std::string> previous_latest;
+  bool latest_replaced = false;
+  if (s.ok()) {
+    auto previous = ReadSmallFile(fs, queue, JoinPath(root, kLatestName), 4096);
+    if (previous.ok()) {
+      previous_latest = *previous;
+    } else if (previous.status().code() != absl::StatusCode::kNotFound) {
+      s = previous.status();
+    }
+  }
+  if (s.ok()) {
+    s = WriteLatest(fs, queue, root, absl::StrCat(final_name, "\n"));
+    latest_replaced = s.ok();
+  }
+  if (s.ok()) s = fs.SyncDir(root);
   if (s.ok()) return s;
-  // Poisoned after it became visible: take it back out of sight first.
+  // Poisoned after it became visible: point LATEST back where it was, then
+  // take the checkpoint out of sight. Best effort: the first error stands.
+  if (latest_replaced) {
+    if (previous_latest.has_value()) {
+      (void)WriteLatest(fs, queue, root, *previous_latest);
+    } else {
+      (void)fs.RemoveFile(JoinPath(root, kLatestName));
+    }
+  }
   const std::string trash =
       JoinPath(root, absl::StrFormat("%s%s-%016x", kTrashPrefix, final_name, Nonce()));
   if (fs.Rename(final_dir, trash, RenameMode::kNoReplace).ok()) {

@@ -13,9 +13,11 @@ namespace ckpt::internal {
 // 1. fsync `temp_dir`;  2. rename it to `root/final_name` (RENAME_NOREPLACE);
 // 3. fsync `root`;  4. replace root/LATEST (temp file, fsync, rename, fsync root).
 // Any failure before 3 completes leaves the checkpoint invisible (the caller
-// removes `temp_dir`); a failure at 3 or 4 renames the new directory away to
-// a trash name and removes it, so a save that returns an error never leaves
-// a visible checkpoint. The first error is returned; cleanup never hides it.
+// removes `temp_dir`); a failure at 3 or 4 puts LATEST back as it was (or
+// removes it if there was none), then renames the new directory away to a
+// trash name and removes it, so a save that returns an error never leaves a
+// visible checkpoint nor a LATEST naming one. The first error is returned;
+// cleanup is best effort and never hides it.
 absl::Status CommitCheckpoint(FileSystem& fs, IoQueue& queue, const std::string& root,
                               const std::string& temp_dir, const std::string& final_name);
 

@@ -9,6 +9,7 @@
 #include "format/names.h"
 #include "io/io_executor.h"
 #include "io/small_file.h"
+#include "util/mutex.h"
 #include "util/status_macros.h"
 
 namespace ckpt::internal {
@@ -21,13 +22,13 @@ Persister::~Persister() {
 }
 
 void Persister::Enqueue(std::shared_ptr<SaveJob> job) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   jobs_.push_back(std::move(job));
 }
 
 void Persister::Stop(bool abandon) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (abandon) {
       abandon_ = true;
       for (auto& job : jobs_) job->abort = true;
@@ -41,16 +42,14 @@ void Persister::Run() {
   while (true) {
     std::shared_ptr<SaveJob> job;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](Persister* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stopping_ || !p->jobs_.empty(); },
-          this));
+      MutexLock lock(&mu_);
+      mu_.Await([this] { return stopping_ || !jobs_.empty(); });
       if (jobs_.empty()) return;
       job = jobs_.front();
     }
     Persist(*job);
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       jobs_.pop_front();
     }
     on_done_(*job);

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "util/mutex.h"
 #include "ckpt/file_system.h"
 #include "engine/save_job.h"
 #include "engine/shard_compressor.h"
@@ -59,7 +59,7 @@ class Persister {
   const PersisterContext ctx_;
   const std::function<void(SaveJob&)> on_done_;
   std::atomic<bool> abandon_{false};
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<std::shared_ptr<SaveJob>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

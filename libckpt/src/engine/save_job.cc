@@ -3,58 +3,56 @@
 namespace ckpt::internal {
 
 absl::Status SaveJob::WaitStaged() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(&staging_done_));
+  MutexLock lock(&mu_);
+  mu_.Await([this] { return staging_done_; });
   if (!staging_status_.ok()) error_reported_ = true;
   return staging_status_;
 }
 
 absl::Status SaveJob::Wait() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(&done_));
+  MutexLock lock(&mu_);
+  mu_.Await([this] { return done_; });
   error_reported_ = true;
   return status_;
 }
 
 bool SaveJob::Done() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return done_;
 }
 
 bool SaveJob::skipped() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return skipped_;
 }
 
 SaveStats SaveJob::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
 void SaveJob::PushChunk(const StagedChunk& chunk) {
   Touch();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ready_.push_back(chunk);
 }
 
 void SaveJob::FinishStaging(absl::Status status) {
   Touch();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   staging_done_ = true;
   staging_status_ = std::move(status);
 }
 
 absl::Status SaveJob::staging_status() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return staging_status_;
 }
 
 bool SaveJob::TakeChunks(bool block, std::vector<StagedChunk>* out) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (block) {
-    mu_.Await(absl::Condition(
-        +[](SaveJob* j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(j->mu_) { return j->staging_done_ || !j->ready_.empty(); },
-        this));
+    mu_.Await([this] { return staging_done_ || !ready_.empty(); });
   }
   out->insert(out->end(), ready_.begin(), ready_.end());
   ready_.clear();
@@ -62,7 +60,7 @@ bool SaveJob::TakeChunks(bool block, std::vector<StagedChunk>* out) {
 }
 
 void SaveJob::Finish(absl::Status status, SaveStats stats) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!staging_done_) {
     staging_done_ = true;
     staging_status_ = status;
@@ -73,7 +71,7 @@ void SaveJob::Finish(absl::Status status, SaveStats stats) {
 }
 
 void SaveJob::MarkSkipped(SaveStats stats) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   staging_done_ = true;
   skipped_ = true;
   stats_ = std::move(stats);
@@ -83,17 +81,17 @@ void SaveJob::MarkSkipped(SaveStats stats) {
 }
 
 absl::Status SaveJob::outcome() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return status_;
 }
 
 void SaveJob::MarkErrorReported() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   error_reported_ = true;
 }
 
 bool SaveJob::error_reported() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return error_reported_ || status_.ok();
 }
 

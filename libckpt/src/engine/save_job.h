@@ -14,7 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "util/mutex.h"
 #include "ckpt/engine.h"
 #include "format/shard_plan.h"
 #include "staging/device_copier.h"
@@ -107,7 +107,7 @@ class SaveJob final : public SaveHandle {
   double staging_wait_s = 0;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::deque<StagedChunk> ready_ ABSL_GUARDED_BY(mu_);
   bool staging_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status staging_status_ ABSL_GUARDED_BY(mu_);

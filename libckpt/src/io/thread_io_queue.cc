@@ -10,7 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "util/mutex.h"
 
 namespace ckpt::internal {
 namespace {
@@ -25,11 +25,9 @@ class ThreadIoQueue final : public IoQueue {
 
   ~ThreadIoQueue() override {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       // Let transfers already started finish: their buffers are the caller's.
-      mu_.Await(absl::Condition(
-          +[](ThreadIoQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->pending_.empty() && q->running_ == 0; },
-          this));
+      mu_.Await([this] { return pending_.empty() && running_ == 0; });
       stopping_ = true;
     }
     for (auto& t : workers_) t.join();
@@ -43,7 +41,7 @@ class ThreadIoQueue final : public IoQueue {
   }
 
   absl::Status Submit(std::span<const IoOp> ops) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (in_flight_ + ops.size() > depth_) {
       return absl::InternalError(absl::StrCat("thread queue over depth: ", in_flight_, " + ",
                                               ops.size(), " > ", depth_));
@@ -54,15 +52,9 @@ class ThreadIoQueue final : public IoQueue {
   }
 
   absl::Status Reap(size_t min_complete, std::vector<IoCompletion>* out) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     min_complete = std::min(min_complete, in_flight_);
-    struct Args {
-      ThreadIoQueue* q;
-      size_t min;
-    } args{this, min_complete};
-    mu_.Await(absl::Condition(
-        +[](Args* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->q->mu_) { return a->q->done_.size() >= a->min; },
-        &args));
+    mu_.Await([&] { return done_.size() >= min_complete; });
     in_flight_ -= done_.size();
     out->insert(out->end(), done_.begin(), done_.end());
     done_.clear();
@@ -74,10 +66,8 @@ class ThreadIoQueue final : public IoQueue {
     while (true) {
       IoOp op;
       {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](ThreadIoQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->stopping_ || !q->pending_.empty(); },
-            this));
+        MutexLock lock(&mu_);
+        mu_.Await([this] { return stopping_ || !pending_.empty(); });
         if (pending_.empty()) return;
         op = pending_.front();
         pending_.pop_front();
@@ -91,14 +81,14 @@ class ThreadIoQueue final : public IoQueue {
                       : ::pread(op.file->native_handle(), op.buf, op.length,
                                 static_cast<off_t>(op.offset));
       int64_t result = n >= 0 ? n : -errno;
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       --running_;
       done_.push_back(IoCompletion{op.tag, result});
     }
   }
 
   const size_t depth_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<IoOp> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<IoCompletion> done_ ABSL_GUARDED_BY(mu_);
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;

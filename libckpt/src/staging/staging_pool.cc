@@ -10,7 +10,7 @@ StagingPool::~StagingPool() {
 }
 
 absl::Status StagingPool::Resize(size_t chunks, IoQueue* queue) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (free_.size() != count_) {
     return absl::InternalError("staging pool resized while chunks are in use");
   }
@@ -47,10 +47,8 @@ absl::Status StagingPool::Resize(size_t chunks, IoQueue* queue) {
 }
 
 std::optional<size_t> StagingPool::Acquire() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](StagingPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->cancelled_ || !p->free_.empty(); },
-      this));
+  MutexLock lock(&mu_);
+  mu_.Await([this] { return cancelled_ || !free_.empty(); });
   if (cancelled_) return std::nullopt;
   size_t c = free_.back();
   free_.pop_back();
@@ -58,7 +56,7 @@ std::optional<size_t> StagingPool::Acquire() {
 }
 
 std::optional<size_t> StagingPool::TryAcquire() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (cancelled_ || free_.empty()) return std::nullopt;
   size_t c = free_.back();
   free_.pop_back();
@@ -66,27 +64,27 @@ std::optional<size_t> StagingPool::TryAcquire() {
 }
 
 void StagingPool::Release(size_t chunk) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   free_.push_back(chunk);
 }
 
 void StagingPool::Cancel() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   cancelled_ = true;
 }
 
 void StagingPool::Uncancel() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   cancelled_ = false;
 }
 
 size_t StagingPool::count() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return count_;
 }
 
 size_t StagingPool::free_count() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return free_.size();
 }
 

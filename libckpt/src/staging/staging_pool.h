@@ -12,7 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "util/mutex.h"
 #include "ckpt/file_system.h"
 #include "ckpt/tensor.h"
 #include "staging/host_pinning.h"
@@ -54,7 +54,7 @@ class StagingPool {
   char* base_ = nullptr;
   bool registered_ = false;
   PinKind pin_ = PinKind::kNone;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   size_t count_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<size_t> free_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

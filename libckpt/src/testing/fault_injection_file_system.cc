@@ -298,7 +298,7 @@ class FaultInjectionFileSystem::State {
   // `io_op` says whether the call is an I/O op: only those take kShortTransfer
   // and kEintr. `describe` names the call; it runs only when a fault fires.
   Fault OnCall(bool io_op, absl::FunctionRef<std::string()> describe) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     ++count_;
     if (record_) recorded_.push_back(describe());
     Fault fault = Fault::kNone;
@@ -318,11 +318,11 @@ class FaultInjectionFileSystem::State {
   }
 
   absl::Duration io_delay() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     return io_delay_;
   }
 
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t fail_at_ ABSL_GUARDED_BY(mu_) = 0;
   Fault fault_ ABSL_GUARDED_BY(mu_) = Fault::kNone;
@@ -382,7 +382,7 @@ class FaultFile final : public File {
     if (!status.ok() || tracked_ == nullptr) return status;
     absl::StatusOr<uint64_t> size = base_->Size();
     if (!size.ok()) return size.status();
-    absl::MutexLock lock(&state_->mu_);
+    internal::MutexLock lock(&state_->mu_);
     state_->log_.FileSynced(*tracked_, *size);
     return absl::OkStatus();
   }
@@ -465,7 +465,7 @@ class FaultIoQueue final : public IoQueue {
       absl::Status status = base_->Submit(base_ops);
       if (!status.ok()) return status;
     }
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     injected_.insert(injected_.end(), injected.begin(), injected.end());
     return absl::OkStatus();
   }
@@ -473,7 +473,7 @@ class FaultIoQueue final : public IoQueue {
   absl::Status Reap(size_t min_complete, std::vector<IoCompletion>* out) override {
     size_t taken;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       taken = injected_.size();
       out->insert(out->end(), injected_.begin(), injected_.end());
       injected_.clear();
@@ -490,7 +490,7 @@ class FaultIoQueue final : public IoQueue {
 
   const std::shared_ptr<State> state_;
   const std::unique_ptr<IoQueue> base_;
-  absl::Mutex mu_;
+  internal::Mutex mu_;
   // Completions of ops that failed by injection, returned by the next `Reap`.
   std::vector<IoCompletion> injected_ ABSL_GUARDED_BY(mu_);
 };
@@ -503,61 +503,61 @@ FaultInjectionFileSystem::FaultInjectionFileSystem(std::shared_ptr<FileSystem> b
 FaultInjectionFileSystem::~FaultInjectionFileSystem() = default;
 
 uint64_t FaultInjectionFileSystem::call_count() const {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   return state_->count_;
 }
 
 void FaultInjectionFileSystem::ResetCallCount() {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   state_->count_ = 0;
   state_->recorded_.clear();
 }
 
 void FaultInjectionFileSystem::RecordCalls(bool on) {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   state_->record_ = on;
 }
 
 std::vector<std::string> FaultInjectionFileSystem::recorded_calls() const {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   return state_->recorded_;
 }
 
 void FaultInjectionFileSystem::FailAt(uint64_t n, Fault fault) {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   state_->fail_at_ = n;
   state_->fault_ = fault;
 }
 
 void FaultInjectionFileSystem::ClearFaults() {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   state_->fail_at_ = 0;
   state_->fault_ = Fault::kNone;
   state_->crashed_ = false;
 }
 
 bool FaultInjectionFileSystem::crashed() const {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   return state_->crashed_;
 }
 
 uint64_t FaultInjectionFileSystem::injected_count() const {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   return state_->injected_;
 }
 
 std::string FaultInjectionFileSystem::first_injected_call() const {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   return state_->first_injected_;
 }
 
 void FaultInjectionFileSystem::SetIoDelay(absl::Duration delay) {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   state_->io_delay_ = delay;
 }
 
 absl::Status FaultInjectionFileSystem::DropUnsyncedData() {
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   return state_->log_.DropUnsynced();
 }
 
@@ -575,10 +575,10 @@ absl::StatusOr<std::unique_ptr<File>> FaultInjectionFileSystem::Open(const std::
       if (!current.ok()) return current.status();
       size = *current;
     }
-    absl::MutexLock lock(&state_->mu_);
+    internal::MutexLock lock(&state_->mu_);
     tracked = state_->log_.FileOpened(path, /*created=*/!existed, options.truncate, size);
   } else if (!existed) {
-    absl::MutexLock lock(&state_->mu_);
+    internal::MutexLock lock(&state_->mu_);
     state_->log_.Created(path);
   }
   return std::unique_ptr<File>(
@@ -589,7 +589,7 @@ absl::Status FaultInjectionFileSystem::CreateDir(const std::string& path) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("mkdir ", path));
   absl::Status status = base_->CreateDir(path);
   if (!status.ok()) return status;
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   state_->log_.Created(path);
   return absl::OkStatus();
 }
@@ -598,7 +598,7 @@ absl::Status FaultInjectionFileSystem::RemoveFile(const std::string& path) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("unlink ", path));
   absl::Status status = base_->RemoveFile(path);
   if (!status.ok()) return status;
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   state_->log_.Removed(path);
   return absl::OkStatus();
 }
@@ -607,7 +607,7 @@ absl::Status FaultInjectionFileSystem::RemoveDir(const std::string& path) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("rmdir ", path));
   absl::Status status = base_->RemoveDir(path);
   if (!status.ok()) return status;
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   state_->log_.Removed(path);
   return absl::OkStatus();
 }
@@ -620,7 +620,7 @@ absl::Status FaultInjectionFileSystem::Rename(const std::string& from, const std
   if (mode == RenameMode::kReplace) replaced = fault_internal::SaveReplaced(*base_, to);
   absl::Status status = base_->Rename(from, to, mode);
   if (!status.ok()) return status;
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   state_->log_.Renamed(from, to, std::move(replaced));
   return absl::OkStatus();
 }
@@ -629,7 +629,7 @@ absl::Status FaultInjectionFileSystem::SyncDir(const std::string& path) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("fsync directory ", path));
   absl::Status status = base_->SyncDir(path);
   if (!status.ok()) return status;
-  absl::MutexLock lock(&state_->mu_);
+  internal::MutexLock lock(&state_->mu_);
   state_->log_.DirSynced(path);
   return absl::OkStatus();
 }

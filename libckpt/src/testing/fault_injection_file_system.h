@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "util/mutex.h"
 #include "absl/time/time.h"
 #include "ckpt/file_system.h"
 

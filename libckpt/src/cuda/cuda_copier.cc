@@ -1,0 +1,314 @@
+// `NewCudaCopier` for builds with the CUDA toolkit: device->host copies on a
+// non-blocking side stream per device, ordered after the caller's stream by
+// events, awaited by events. Nothing here synchronizes a whole device.
+//
+// Ordering after the caller's stream ("fencing"): the first copy from a
+// (device, caller stream) pair records an event on the caller's stream and
+// makes the side stream wait for it. Later copies from the same pair reuse
+// that fence until the copier next runs dry (every token recorded so far has
+// been waited for, which the stager does at the end of every save) or a call
+// fails; then the next copy fences again. So a save fences each of its
+// streams once, at its first copy, and is ordered after all work queued on
+// the stream by then. Re-fencing after every `Record()` would not be more
+// correct under the `TensorView` contract (the caller does not change the
+// tensors before staging ends) but would make every chunk of a lazily staged
+// save wait for whatever the caller queued meanwhile.
+//
+// Copies of contiguous pieces (the stager hands over 64 KiB at a time, in
+// order) are merged and issued as one `cudaMemcpyAsync` when a piece does
+// not continue the previous one, or at `Record()`: a D2H copy of 64 KiB is
+// dominated by its fixed cost.
+#include <cuda_runtime_api.h>
+
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "staging/device_copier.h"
+#include "util/status_macros.h"
+
+namespace ckpt::internal {
+namespace {
+
+// An error from `call`, with CUDA's name and text for `err`. Clears the
+// thread's last-error slot so the caller's own error checks do not see it.
+absl::Status CudaError(cudaError_t err, absl::string_view call) {
+  (void)cudaGetLastError();
+  absl::StatusCode code = absl::StatusCode::kInternal;
+  switch (err) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      code = absl::StatusCode::kInvalidArgument;
+      break;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+      code = absl::StatusCode::kUnavailable;
+      break;
+    default:
+      break;
+  }
+  return absl::Status(code, absl::StrCat(call, ": ", cudaGetErrorString(err), " (",
+                                         cudaGetErrorName(err), ")"));
+}
+
+absl::Status Check(cudaError_t err, absl::string_view call) {
+  return err == cudaSuccess ? absl::OkStatus() : CudaError(err, call);
+}
+
+// Makes a device current for its scope, restoring the caller's current
+// device on destruction (only if it had to switch).
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  ~ScopedDevice() {
+    if (switched_) (void)cudaSetDevice(previous_);
+  }
+
+  absl::Status Use(int device) {
+    int current = 0;
+    CKPT_RETURN_IF_ERROR(Check(cudaGetDevice(&current), "cudaGetDevice"));
+    if (current == device) return absl::OkStatus();
+    if (!switched_) previous_ = current;
+    CKPT_RETURN_IF_ERROR(Check(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")")));
+    switched_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+class CudaCopier final : public DeviceCopier {
+ public:
+  explicit CudaCopier(int device_count) : devices_(device_count) {}
+
+  // Waits for this copier's own streams (never the device), then frees them.
+  ~CudaCopier() override {
+    ScopedDevice scope;
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      DeviceState& state = devices_[d];
+      if (state.side == nullptr) continue;
+      if (!scope.Use(static_cast<int>(d)).ok()) continue;
+      (void)cudaStreamSynchronize(state.side);
+      for (cudaEvent_t e : state.free_events) (void)cudaEventDestroy(e);
+      (void)cudaEventDestroy(state.fence);
+      (void)cudaStreamDestroy(state.side);
+    }
+    for (const Token& t : outstanding_) {
+      for (const auto& [device, event] : t.events) (void)cudaEventDestroy(event);
+    }
+    (void)cudaGetLastError();
+  }
+
+  absl::Status CopyAsync(void* dst, const void* src, size_t n, int device,
+                         void* caller_stream) override {
+    if (n == 0) return absl::OkStatus();
+    if (device < 0 || device >= static_cast<int>(devices_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CUDA device ", device, " does not exist (", devices_.size(), " visible)"));
+    }
+    absl::Status s = Enqueue(static_cast<char*>(dst), static_cast<const char*>(src), n, device,
+                             static_cast<cudaStream_t>(caller_stream));
+    if (!s.ok()) fenced_.clear();
+    return s;
+  }
+
+  absl::StatusOr<uint64_t> Record() override {
+    Token token{next_token_++, {}};
+    absl::Status s = Issue();
+    for (size_t d = 0; d < devices_.size() && s.ok(); ++d) {
+      DeviceState& state = devices_[d];
+      if (!state.dirty) continue;
+      auto event = RecordOn(static_cast<int>(d));
+      if (!event.ok()) {
+        s = event.status();
+        break;
+      }
+      token.events.emplace_back(static_cast<int>(d), *event);
+      state.dirty = false;
+    }
+    outstanding_.push_back(std::move(token));
+    if (!s.ok()) {
+      fenced_.clear();
+      return s;
+    }
+    return next_token_ - 1;
+  }
+
+  absl::Status WaitFor(uint64_t token) override {
+    if (token >= next_token_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("WaitFor(", token, "): no such token was recorded"));
+    }
+    absl::Status s;
+    while (s.ok() && !outstanding_.empty() && outstanding_.front().token <= token) {
+      Token& t = outstanding_.front();
+      for (const auto& [device, event] : t.events) {
+        cudaError_t err = cudaEventSynchronize(event);
+        if (err != cudaSuccess) {
+          s = CudaError(err, absl::StrCat("cudaEventSynchronize (copies from CUDA device ", device, ")"));
+          break;
+        }
+      }
+      if (!s.ok()) break;
+      for (const auto& [device, event] : t.events) devices_[device].free_events.push_back(event);
+      outstanding_.pop_front();
+    }
+    if (!s.ok()) {
+      // The copies behind a failed event are lost; forget them (their events
+      // are destroyed, not reused) so later saves start afresh.
+      for (const Token& t : outstanding_) {
+        for (const auto& [device, event] : t.events) (void)cudaEventDestroy(event);
+      }
+      outstanding_.clear();
+      (void)cudaGetLastError();
+    }
+    if (outstanding_.empty()) fenced_.clear();  // run dry: the next copy fences again
+    return s;
+  }
+
+ private:
+  struct DeviceState {
+    cudaStream_t side = nullptr;  // non-blocking: no implicit sync with stream 0
+    cudaEvent_t fence = nullptr;  // recorded on caller streams
+    std::vector<cudaEvent_t> free_events;
+    bool dirty = false;  // copies issued since the last `Record()`
+  };
+  // A `Record()` token and the events it recorded, one per side stream used
+  // since the token before it.
+  struct Token {
+    uint64_t token = 0;
+    std::vector<std::pair<int, cudaEvent_t>> events;
+  };
+  // Copies not yet issued: contiguous pieces are merged.
+  struct Pending {
+    char* dst = nullptr;
+    const char* src = nullptr;
+    size_t n = 0;
+    int device = 0;
+  };
+
+  absl::Status Enqueue(char* dst, const char* src, size_t n, int device, cudaStream_t stream) {
+    if (!IsFenced(device, stream)) {
+      CKPT_RETURN_IF_ERROR(Issue());  // earlier pieces need not wait for this stream
+      CKPT_RETURN_IF_ERROR(Fence(device, stream));
+    }
+    if (pending_.n > 0 && pending_.device == device && pending_.dst + pending_.n == dst &&
+        pending_.src + pending_.n == src) {
+      pending_.n += n;
+      return absl::OkStatus();
+    }
+    CKPT_RETURN_IF_ERROR(Issue());
+    pending_ = Pending{dst, src, n, device};
+    return absl::OkStatus();
+  }
+
+  bool IsFenced(int device, cudaStream_t stream) const {
+    for (const auto& [d, s] : fenced_) {
+      if (d == device && s == stream) return true;
+    }
+    return false;
+  }
+
+  // Orders `device`'s side stream after the work queued so far on `stream`
+  // (REQUIRES: `stream` is null or belongs to `device`).
+  absl::Status Fence(int device, cudaStream_t stream) {
+    ScopedDevice scope;
+    CKPT_RETURN_IF_ERROR(scope.Use(device));
+    CKPT_RETURN_IF_ERROR(Prepare(device));
+    DeviceState& state = devices_[device];
+    cudaError_t err = cudaEventRecord(state.fence, stream);
+    if (err != cudaSuccess) {
+      return CudaError(err, absl::StrFormat("cudaEventRecord on the caller's stream %p (CUDA device %d)",
+                                            static_cast<void*>(stream), device));
+    }
+    err = cudaStreamWaitEvent(state.side, state.fence, 0);
+    if (err != cudaSuccess) {
+      return CudaError(err, absl::StrCat("cudaStreamWaitEvent (CUDA device ", device, ")"));
+    }
+    fenced_.emplace_back(device, stream);
+    return absl::OkStatus();
+  }
+
+  // Creates `device`'s side stream and fence event on first use.
+  // REQUIRES: `device` is current.
+  absl::Status Prepare(int device) {
+    DeviceState& state = devices_[device];
+    if (state.side != nullptr) return absl::OkStatus();
+    CKPT_RETURN_IF_ERROR(Check(cudaEventCreateWithFlags(&state.fence, cudaEventDisableTiming),
+                               absl::StrCat("cudaEventCreateWithFlags (CUDA device ", device, ")")));
+    cudaError_t err = cudaStreamCreateWithFlags(&state.side, cudaStreamNonBlocking);
+    if (err != cudaSuccess) {
+      (void)cudaEventDestroy(state.fence);
+      state.fence = nullptr;
+      state.side = nullptr;
+      return CudaError(err, absl::StrCat("cudaStreamCreateWithFlags (CUDA device ", device, ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Issues the pending copy on its device's side stream.
+  absl::Status Issue() {
+    if (pending_.n == 0) return absl::OkStatus();
+    const Pending p = std::exchange(pending_, Pending{});
+    ScopedDevice scope;
+    CKPT_RETURN_IF_ERROR(scope.Use(p.device));
+    DeviceState& state = devices_[p.device];
+    cudaError_t err = cudaMemcpyAsync(p.dst, p.src, p.n, cudaMemcpyDeviceToHost, state.side);
+    if (err != cudaSuccess) {
+      return CudaError(err, absl::StrFormat("cudaMemcpyAsync of %d bytes from CUDA device %d memory %p to host",
+                                            p.n, p.device, static_cast<const void*>(p.src)));
+    }
+    state.dirty = true;
+    return absl::OkStatus();
+  }
+
+  // Records a (free or new) event on `device`'s side stream.
+  absl::StatusOr<cudaEvent_t> RecordOn(int device) {
+    ScopedDevice scope;
+    CKPT_RETURN_IF_ERROR(scope.Use(device));
+    DeviceState& state = devices_[device];
+    cudaEvent_t event = nullptr;
+    if (!state.free_events.empty()) {
+      event = state.free_events.back();
+      state.free_events.pop_back();
+    } else {
+      CKPT_RETURN_IF_ERROR(Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                                 absl::StrCat("cudaEventCreateWithFlags (CUDA device ", device, ")")));
+    }
+    cudaError_t err = cudaEventRecord(event, state.side);
+    if (err != cudaSuccess) {
+      (void)cudaEventDestroy(event);
+      return CudaError(err, absl::StrCat("cudaEventRecord on the side stream (CUDA device ", device, ")"));
+    }
+    return event;
+  }
+
+  std::vector<DeviceState> devices_;  // by device index; streams made on first use
+  std::vector<std::pair<int, cudaStream_t>> fenced_;  // (device, caller stream) pairs
+  Pending pending_;
+  std::deque<Token> outstanding_;  // recorded, not yet waited for; in token order
+  uint64_t next_token_ = 1;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceCopier>> NewCudaCopier() {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorString(err),
+                                               " (", cudaGetErrorName(err), ")"));
+  }
+  if (count == 0) return absl::UnavailableError("cudaGetDeviceCount: no CUDA device");
+  return std::unique_ptr<DeviceCopier>(new CudaCopier(count));
+}
+
+}  // namespace ckpt::internal

@@ -1,0 +1,559 @@
+// One suite, run against every `FileSystem` x `IoQueue` combination: the
+// POSIX file system with io_uring and with the thread pool, buffered and
+// O_DIRECT, and the fault-injecting file system (no faults armed) over it.
+// Whatever the engine relies on from the seam is pinned down here.
+#include <fcntl.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "ckpt/file_system.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+#include "testing/fault_injection_file_system.h"
+
+namespace ckpt {
+namespace {
+
+// Expects the message of `status` to contain `text` (a path, usually).
+#define EXPECT_MENTIONS(status, text) \
+  EXPECT_TRUE(absl::StrContains((status).message(), text)) << (status) << " should name " << (text)
+
+constexpr size_t kDepth = 16;
+
+struct FsParam {
+  std::string name;
+  bool fault_injection = false;
+  IoQueueKind kind = IoQueueKind::kThreads;
+  bool direct = false;
+};
+
+void PrintTo(const FsParam& param, std::ostream* os) { *os << param.name; }
+
+std::vector<FsParam> AllParams() {
+  std::vector<FsParam> params;
+  for (bool fault : {false, true}) {
+    for (IoQueueKind kind : {IoQueueKind::kUring, IoQueueKind::kThreads}) {
+      for (bool direct : {false, true}) {
+        std::string name = std::string(fault ? "FaultInjection" : "Posix") +
+                           (kind == IoQueueKind::kUring ? "Uring" : "Threads") +
+                           (direct ? "Direct" : "Buffered");
+        params.push_back(FsParam{name, fault, kind, direct});
+      }
+    }
+  }
+  return params;
+}
+
+// An aligned heap buffer (usable for O_DIRECT).
+class Buffer {
+ public:
+  explicit Buffer(size_t size) : size_(size) {
+    void* p = nullptr;
+    if (posix_memalign(&p, kDirectIoAlignment, std::max<size_t>(size, 1)) != 0) abort();
+    data_ = static_cast<uint8_t*>(p);
+    std::memset(data_, 0, size_);
+  }
+  ~Buffer() { free(data_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  uint8_t* data() { return data_; }
+  size_t size() const { return size_; }
+  void Fill(uint64_t seed) {
+    std::vector<uint8_t> bytes(size_);
+    testing::FillRandom(bytes, seed);
+    std::memcpy(data_, bytes.data(), size_);
+  }
+  bool SameAs(const Buffer& other) const {
+    return size_ == other.size_ && std::memcmp(data_, other.data_, size_) == 0;
+  }
+
+ private:
+  uint8_t* data_;
+  size_t size_;
+};
+
+class FileSystemConformanceTest : public ::testing::TestWithParam<FsParam> {
+ protected:
+  void SetUp() override {
+    const FsParam& p = GetParam();
+    fs_ = p.fault_injection
+              ? std::make_shared<testing::FaultInjectionFileSystem>(PosixFileSystem())
+              : PosixFileSystem();
+    auto queue = fs_->NewIoQueue(p.kind, kDepth);
+    if (!queue.ok() && queue.status().code() == absl::StatusCode::kUnavailable) {
+      GTEST_SKIP() << "I/O queue refused here: " << queue.status();
+    }
+    ASSERT_TRUE(queue.ok()) << queue.status();
+    queue_ = std::move(*queue);
+    if (p.direct) {
+      OpenOptions probe = WriteOptions();
+      auto file = fs_->Open(Path(".direct-probe"), probe);
+      if (!file.ok() && file.status().code() == absl::StatusCode::kInvalidArgument) {
+        GTEST_SKIP() << dir_.path() << " refuses O_DIRECT: " << file.status();
+      }
+      ASSERT_TRUE(file.ok()) << file.status();
+      ASSERT_TRUE((*file)->Close().ok());
+      ASSERT_TRUE(fs_->RemoveFile(Path(".direct-probe")).ok());
+    }
+  }
+
+  std::string Path(const std::string& name) const { return dir_.Join(name); }
+  bool direct() const { return GetParam().direct; }
+  // A transfer size: whole blocks for O_DIRECT, an odd size otherwise.
+  size_t Size(size_t blocks) const {
+    return direct() ? blocks * kDirectIoAlignment : blocks * kDirectIoAlignment - 123;
+  }
+
+  OpenOptions WriteOptions(bool exclusive = false) const {
+    OpenOptions o;
+    o.write = true;
+    o.create = true;
+    o.exclusive = exclusive;
+    o.direct = GetParam().direct;
+    return o;
+  }
+  OpenOptions ReadOptions() const {
+    OpenOptions o;
+    o.direct = GetParam().direct;
+    return o;
+  }
+
+  std::unique_ptr<File> OpenOrDie(const std::string& path, const OpenOptions& options) {
+    auto file = fs_->Open(path, options);
+    EXPECT_TRUE(file.ok()) << file.status();
+    return file.ok() ? std::move(*file) : nullptr;
+  }
+
+  // Runs `ops` to completion as the library does: at most `depth()` in
+  // flight, short transfers resubmitted for their remainder, -EINTR and
+  // -EAGAIN resubmitted. Returns per op the bytes transferred or -errno.
+  std::vector<int64_t> RunOps(std::vector<IoOp> ops) {
+    std::vector<int64_t> done(ops.size(), 0);
+    std::vector<bool> final(ops.size(), false);
+    std::deque<size_t> ready;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      ops[i].tag = i;
+      ready.push_back(i);
+    }
+    size_t in_flight = 0;
+    while (!ready.empty() || in_flight > 0) {
+      while (!ready.empty() && in_flight < queue_->depth()) {
+        IoOp op = ops[ready.front()];
+        op.offset += static_cast<uint64_t>(done[op.tag]);
+        op.buf = static_cast<char*>(op.buf) + done[op.tag];
+        op.length -= static_cast<uint32_t>(done[op.tag]);
+        absl::Status s = queue_->Submit({&op, 1});
+        EXPECT_TRUE(s.ok()) << s;
+        if (!s.ok()) return done;
+        ready.pop_front();
+        ++in_flight;
+      }
+      std::vector<IoCompletion> completions;
+      absl::Status s = queue_->Reap(1, &completions);
+      EXPECT_TRUE(s.ok()) << s;
+      if (!s.ok()) return done;
+      for (const IoCompletion& c : completions) {
+        --in_flight;
+        const int64_t r = c.result;
+        const uint64_t i = c.tag;
+        if (r == -EINTR || r == -EAGAIN) {
+          ready.push_back(i);
+        } else if (r < 0) {
+          done[i] = r;
+          final[i] = true;
+        } else {
+          done[i] += r;
+          if (r > 0 && done[i] < static_cast<int64_t>(ops[i].length)) ready.push_back(i);
+        }
+      }
+    }
+    return done;
+  }
+
+  void WriteAll(File* file, uint64_t offset, Buffer& buffer) {
+    auto results = RunOps({IoOp{IoOp::Kind::kWrite, file, offset, buffer.data(),
+                                static_cast<uint32_t>(buffer.size()), -1, 0}});
+    ASSERT_EQ(results[0], static_cast<int64_t>(buffer.size())) << file->path();
+  }
+
+  // Reads `size` bytes at `offset`; for O_DIRECT the read is of whole blocks
+  // and may end early at end of file.
+  int64_t ReadSome(File* file, uint64_t offset, Buffer& buffer) {
+    return RunOps({IoOp{IoOp::Kind::kRead, file, offset, buffer.data(),
+                        static_cast<uint32_t>(buffer.size()), -1, 0}})[0];
+  }
+
+  void WriteFile(const std::string& name, size_t size, uint64_t seed) {
+    auto file = OpenOrDie(Path(name), WriteOptions());
+    ASSERT_NE(file, nullptr);
+    Buffer buffer(direct() ? (size + kDirectIoAlignment - 1) / kDirectIoAlignment *
+                                 kDirectIoAlignment
+                           : size);
+    buffer.Fill(seed);
+    WriteAll(file.get(), 0, buffer);
+    ASSERT_TRUE(file->Truncate(size).ok());
+    ASSERT_TRUE(file->Close().ok());
+  }
+
+  testing::ScratchDir dir_{"ckpt-conformance"};
+  std::shared_ptr<FileSystem> fs_;
+  std::unique_ptr<IoQueue> queue_;
+};
+
+TEST_P(FileSystemConformanceTest, OpenMissingFileIsNotFoundNamingPath) {
+  auto file = fs_->Open(Path("missing"), ReadOptions());
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kNotFound) << file.status();
+  EXPECT_MENTIONS(file.status(), Path("missing"));
+}
+
+TEST_P(FileSystemConformanceTest, OpenReportsPathDirectAndDescriptor) {
+  auto file = OpenOrDie(Path("f"), WriteOptions());
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(file->path(), Path("f"));
+  EXPECT_EQ(file->direct(), direct());
+  EXPECT_GE(file->native_handle(), 0);
+  EXPECT_TRUE(file->Close().ok());
+}
+
+TEST_P(FileSystemConformanceTest, ExclusiveCreateOfExistingFileIsAlreadyExists) {
+  WriteFile("f", Size(1), 1);
+  auto again = fs_->Open(Path("f"), WriteOptions(/*exclusive=*/true));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists) << again.status();
+  EXPECT_MENTIONS(again.status(), Path("f"));
+}
+
+TEST_P(FileSystemConformanceTest, CreateOpensExistingFileAndTruncateEmptiesIt) {
+  WriteFile("f", Size(2), 1);
+  {
+    auto file = OpenOrDie(Path("f"), WriteOptions());
+    ASSERT_NE(file, nullptr);
+    auto size = file->Size();
+    ASSERT_TRUE(size.ok()) << size.status();
+    EXPECT_EQ(*size, Size(2));
+    EXPECT_TRUE(file->Close().ok());
+  }
+  OpenOptions truncate = WriteOptions();
+  truncate.truncate = true;
+  auto file = OpenOrDie(Path("f"), truncate);
+  ASSERT_NE(file, nullptr);
+  auto size = file->Size();
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(*size, 0u);
+  EXPECT_TRUE(file->Close().ok());
+}
+
+TEST_P(FileSystemConformanceTest, WriteThenReadBackThroughQueue) {
+  auto file = OpenOrDie(Path("data"), WriteOptions());
+  ASSERT_NE(file, nullptr);
+  Buffer a(Size(3)), b(direct() ? Size(2) : 777);
+  a.Fill(1);
+  b.Fill(2);
+  WriteAll(file.get(), 0, a);
+  const uint64_t b_offset = direct() ? Size(3) : Size(3) + 1000;  // leaves a hole if buffered
+  WriteAll(file.get(), b_offset, b);
+  ASSERT_TRUE(file->Close().ok());
+
+  auto reader = OpenOrDie(Path("data"), ReadOptions());
+  ASSERT_NE(reader, nullptr);
+  Buffer a2(a.size()), b2(b.size());
+  EXPECT_EQ(ReadSome(reader.get(), 0, a2), static_cast<int64_t>(a.size()));
+  EXPECT_TRUE(a.SameAs(a2));
+  EXPECT_EQ(ReadSome(reader.get(), b_offset, b2), static_cast<int64_t>(b.size()));
+  EXPECT_TRUE(b.SameAs(b2));
+  if (!direct()) {
+    Buffer hole(1000);
+    hole.Fill(3);
+    EXPECT_EQ(ReadSome(reader.get(), Size(3), hole), 1000);
+    EXPECT_TRUE(std::all_of(hole.data(), hole.data() + 1000, [](uint8_t c) { return c == 0; }));
+  }
+  EXPECT_TRUE(reader->Close().ok());
+}
+
+TEST_P(FileSystemConformanceTest, ReadAtEndOfFileTransfersNothing) {
+  WriteFile("f", direct() ? Size(1) : 100, 1);
+  auto file = OpenOrDie(Path("f"), ReadOptions());
+  ASSERT_NE(file, nullptr);
+  Buffer buffer(Size(1));
+  EXPECT_EQ(ReadSome(file.get(), Size(4), buffer), 0);
+  if (!direct()) {
+    // A read across the end stops there.
+    EXPECT_EQ(ReadSome(file.get(), 0, buffer), 100);
+  }
+}
+
+TEST_P(FileSystemConformanceTest, ManyOpsInFlightAcrossFiles) {
+  constexpr int kFiles = 4;
+  constexpr int kBlocksPerFile = 12;  // 48 ops through a queue of depth 16
+  const size_t block = direct() ? kDirectIoAlignment : 5000;
+  std::vector<std::unique_ptr<File>> files;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::vector<IoOp> ops;
+  for (int f = 0; f < kFiles; ++f) {
+    files.push_back(OpenOrDie(Path("file" + std::to_string(f)), WriteOptions()));
+    ASSERT_NE(files.back(), nullptr);
+    for (int b = 0; b < kBlocksPerFile; ++b) {
+      buffers.push_back(std::make_unique<Buffer>(block));
+      buffers.back()->Fill(f * 100 + b);
+      // Written back to front, interleaved across files.
+      ops.push_back(IoOp{IoOp::Kind::kWrite, files.back().get(),
+                         (kBlocksPerFile - 1 - b) * block, buffers.back()->data(),
+                         static_cast<uint32_t>(block), -1, 0});
+    }
+  }
+  std::vector<int64_t> results = RunOps(ops);
+  for (size_t i = 0; i < ops.size(); ++i) EXPECT_EQ(results[i], static_cast<int64_t>(block)) << i;
+  for (auto& file : files) {
+    auto size = file->Size();
+    ASSERT_TRUE(size.ok()) << size.status();
+    EXPECT_EQ(*size, kBlocksPerFile * block);
+    EXPECT_TRUE(file->Sync().ok());
+    EXPECT_TRUE(file->Close().ok());
+  }
+  for (int f = 0; f < kFiles; ++f) {
+    auto file = OpenOrDie(Path("file" + std::to_string(f)), ReadOptions());
+    ASSERT_NE(file, nullptr);
+    for (int b = 0; b < kBlocksPerFile; ++b) {
+      Buffer back(block);
+      EXPECT_EQ(ReadSome(file.get(), (kBlocksPerFile - 1 - b) * block, back),
+                static_cast<int64_t>(block));
+      EXPECT_TRUE(back.SameAs(*buffers[f * kBlocksPerFile + b])) << "file " << f << " block " << b;
+    }
+  }
+}
+
+TEST_P(FileSystemConformanceTest, ReapReturnsEveryCompletionOnceWithItsTag) {
+  EXPECT_EQ(queue_->depth(), kDepth);
+  EXPECT_FALSE(queue_->name().empty());
+  std::vector<IoCompletion> none;
+  ASSERT_TRUE(queue_->Reap(0, &none).ok());  // nothing in flight: returns at once
+  EXPECT_TRUE(none.empty());
+
+  auto file = OpenOrDie(Path("f"), WriteOptions());
+  ASSERT_NE(file, nullptr);
+  const size_t block = direct() ? kDirectIoAlignment : 3000;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::vector<IoOp> ops;
+  for (size_t i = 0; i < kDepth; ++i) {  // a whole queue's worth in one Submit
+    buffers.push_back(std::make_unique<Buffer>(block));
+    buffers.back()->Fill(i);
+    ops.push_back(IoOp{IoOp::Kind::kWrite, file.get(), i * block, buffers.back()->data(),
+                       static_cast<uint32_t>(block), -1, 0xC0FFEE0000ull + i * 7});
+  }
+  ASSERT_TRUE(queue_->Submit(ops).ok());
+  std::vector<IoCompletion> completions;
+  ASSERT_TRUE(queue_->Reap(4, &completions).ok());
+  EXPECT_GE(completions.size(), 4u);
+  while (completions.size() < kDepth) {
+    size_t before = completions.size();
+    ASSERT_TRUE(queue_->Reap(1, &completions).ok());
+    ASSERT_GT(completions.size(), before);
+  }
+  EXPECT_EQ(completions.size(), kDepth);
+  std::set<uint64_t> tags;
+  for (const IoCompletion& c : completions) {
+    EXPECT_GT(c.result, 0) << "tag " << c.tag;
+    EXPECT_TRUE(tags.insert(c.tag).second) << "tag " << c.tag << " reaped twice";
+  }
+  for (const IoOp& op : ops) EXPECT_EQ(tags.count(op.tag), 1u) << op.tag;
+  completions.clear();
+  ASSERT_TRUE(queue_->Reap(0, &completions).ok());
+  EXPECT_TRUE(completions.empty());
+}
+
+TEST_P(FileSystemConformanceTest, TransferErrorsArriveInCompletions) {
+  WriteFile("f", Size(1), 1);
+  auto file = OpenOrDie(Path("f"), ReadOptions());  // read-only
+  ASSERT_NE(file, nullptr);
+  Buffer buffer(Size(1));
+  IoOp op{IoOp::Kind::kWrite, file.get(), 0, buffer.data(), static_cast<uint32_t>(Size(1)), -1, 42};
+  ASSERT_TRUE(queue_->Submit({&op, 1}).ok());
+  std::vector<IoCompletion> completions;
+  ASSERT_TRUE(queue_->Reap(1, &completions).ok());
+  ASSERT_EQ(completions.size(), 1u);
+  EXPECT_EQ(completions[0].tag, 42u);
+  EXPECT_EQ(completions[0].result, -EBADF);
+}
+
+TEST_P(FileSystemConformanceTest, RegisteredBuffersCarryData) {
+  Buffer buffer(Size(2));
+  buffer.Fill(9);
+  iovec iov{buffer.data(), buffer.size()};
+  absl::Status registered = queue_->RegisterBuffers({&iov, 1});
+  if (registered.code() == absl::StatusCode::kUnimplemented) return;  // allowed
+  ASSERT_TRUE(registered.ok()) << registered;
+  auto file = OpenOrDie(Path("f"), WriteOptions());
+  ASSERT_NE(file, nullptr);
+  auto results = RunOps({IoOp{IoOp::Kind::kWrite, file.get(), 0, buffer.data(),
+                              static_cast<uint32_t>(buffer.size()), 0, 0}});
+  EXPECT_EQ(results[0], static_cast<int64_t>(buffer.size()));
+  Buffer back(buffer.size());
+  EXPECT_EQ(ReadSome(file.get(), 0, back), static_cast<int64_t>(buffer.size()));
+  EXPECT_TRUE(back.SameAs(buffer));
+  EXPECT_TRUE(queue_->RegisterBuffers({}).ok());
+}
+
+TEST_P(FileSystemConformanceTest, SizeTruncateSyncDropCacheClose) {
+  auto file = OpenOrDie(Path("f"), WriteOptions());
+  ASSERT_NE(file, nullptr);
+  auto size = file->Size();
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, 0u);
+  Buffer buffer(Size(3));
+  buffer.Fill(5);
+  WriteAll(file.get(), 0, buffer);
+  size = file->Size();
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, Size(3));
+  ASSERT_TRUE(file->Truncate(5000).ok());  // not block aligned, even for O_DIRECT
+  size = file->Size();
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, 5000u);
+  ASSERT_TRUE(file->Truncate(3 * kDirectIoAlignment + 1).ok());  // grows with zeros
+  size = file->Size();
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, 3 * kDirectIoAlignment + 1);
+  EXPECT_TRUE(file->Sync().ok());
+  EXPECT_TRUE(file->DropCache().ok());
+  EXPECT_TRUE(file->Close().ok());
+  auto stat = fs_->Stat(Path("f"));
+  ASSERT_TRUE(stat.ok()) << stat.status();
+  EXPECT_EQ(stat->size, 3 * kDirectIoAlignment + 1);
+}
+
+TEST_P(FileSystemConformanceTest, ListDirNamesEntriesWithoutDots) {
+  WriteFile("a", 10, 1);
+  WriteFile(".hidden", 10, 2);
+  ASSERT_TRUE(fs_->CreateDir(Path("sub")).ok());
+  auto names = fs_->ListDir(dir_.path());
+  ASSERT_TRUE(names.ok()) << names.status();
+  std::vector<std::string> sorted = *names;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<std::string>{".hidden", "a", "sub"}));
+  auto empty = fs_->ListDir(Path("sub"));
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->empty());
+  auto missing = fs_->ListDir(Path("missing"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_MENTIONS(missing.status(), Path("missing"));
+}
+
+TEST_P(FileSystemConformanceTest, StatReportsKindAndSizeOrNotFound) {
+  WriteFile("f", 1234, 1);
+  auto file = fs_->Stat(Path("f"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_FALSE(file->is_directory);
+  EXPECT_EQ(file->size, 1234u);
+  EXPECT_GT(file->mtime_ns, 0);
+  auto dir = fs_->Stat(dir_.path());
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_TRUE(dir->is_directory);
+  auto missing = fs_->Stat(Path("missing"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_MENTIONS(missing.status(), Path("missing"));
+}
+
+TEST_P(FileSystemConformanceTest, CreateDirOfExistingPathIsAlreadyExists) {
+  ASSERT_TRUE(fs_->CreateDir(Path("d")).ok());
+  absl::Status again = fs_->CreateDir(Path("d"));
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists) << again;
+  EXPECT_MENTIONS(again, Path("d"));
+  WriteFile("f", 1, 1);
+  EXPECT_EQ(fs_->CreateDir(Path("f")).code(), absl::StatusCode::kAlreadyExists);
+  absl::Status orphan = fs_->CreateDir(Path("no/such/parent"));
+  EXPECT_EQ(orphan.code(), absl::StatusCode::kNotFound) << orphan;
+  EXPECT_MENTIONS(orphan, Path("no/such/parent"));
+}
+
+TEST_P(FileSystemConformanceTest, RenameReplaceOverwritesTarget) {
+  WriteFile("from", 100, 1);
+  WriteFile("to", 200, 2);
+  ASSERT_TRUE(fs_->Rename(Path("from"), Path("to"), RenameMode::kReplace).ok());
+  EXPECT_EQ(fs_->Stat(Path("from")).status().code(), absl::StatusCode::kNotFound);
+  auto stat = fs_->Stat(Path("to"));
+  ASSERT_TRUE(stat.ok());
+  EXPECT_EQ(stat->size, 100u);
+}
+
+TEST_P(FileSystemConformanceTest, RenameNoReplaceRefusesExistingTarget) {
+  WriteFile("from", 100, 1);
+  WriteFile("to", 200, 2);
+  absl::Status s = fs_->Rename(Path("from"), Path("to"), RenameMode::kNoReplace);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+  EXPECT_MENTIONS(s, Path("to"));
+  auto from = fs_->Stat(Path("from"));
+  auto to = fs_->Stat(Path("to"));
+  ASSERT_TRUE(from.ok() && to.ok());
+  EXPECT_EQ(from->size, 100u);
+  EXPECT_EQ(to->size, 200u);
+  // Into a free name it renames, directories included.
+  ASSERT_TRUE(fs_->CreateDir(Path("dir")).ok());
+  WriteFile("dir/inner", 7, 3);
+  ASSERT_TRUE(fs_->Rename(Path("dir"), Path("moved"), RenameMode::kNoReplace).ok());
+  auto inner = fs_->Stat(Path("moved/inner"));
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  EXPECT_EQ(inner->size, 7u);
+  EXPECT_EQ(fs_->Stat(Path("dir")).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(FileSystemConformanceTest, RenameOfMissingSourceIsNotFoundNamingIt) {
+  for (RenameMode mode : {RenameMode::kReplace, RenameMode::kNoReplace}) {
+    absl::Status s = fs_->Rename(Path("missing"), Path("to"), mode);
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    EXPECT_MENTIONS(s, Path("missing"));
+  }
+}
+
+TEST_P(FileSystemConformanceTest, RemoveFileAndRemoveDir) {
+  WriteFile("f", 10, 1);
+  ASSERT_TRUE(fs_->CreateDir(Path("d")).ok());
+  WriteFile("d/inner", 10, 2);
+  absl::Status not_empty = fs_->RemoveDir(Path("d"));
+  EXPECT_FALSE(not_empty.ok());
+  EXPECT_MENTIONS(not_empty, Path("d"));
+  ASSERT_TRUE(fs_->RemoveFile(Path("d/inner")).ok());
+  ASSERT_TRUE(fs_->RemoveDir(Path("d")).ok());
+  ASSERT_TRUE(fs_->RemoveFile(Path("f")).ok());
+  auto names = fs_->ListDir(dir_.path());
+  ASSERT_TRUE(names.ok());
+  EXPECT_TRUE(names->empty());
+  absl::Status missing = fs_->RemoveFile(Path("f"));
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_MENTIONS(missing, Path("f"));
+  missing = fs_->RemoveDir(Path("d"));
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_MENTIONS(missing, Path("d"));
+}
+
+TEST_P(FileSystemConformanceTest, SyncDirSyncsDirectoriesAndNamesMissingOnes) {
+  ASSERT_TRUE(fs_->CreateDir(Path("d")).ok());
+  WriteFile("d/f", 10, 1);
+  EXPECT_TRUE(fs_->SyncDir(Path("d")).ok());
+  EXPECT_TRUE(fs_->SyncDir(dir_.path()).ok());
+  absl::Status missing = fs_->SyncDir(Path("missing"));
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_MENTIONS(missing, Path("missing"));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFileSystems, FileSystemConformanceTest,
+                         ::testing::ValuesIn(AllParams()),
+                         [](const ::testing::TestParamInfo<FsParam>& info) {
+                           return info.param.name;
+                         });
+
+}  // namespace
+}  // namespace ckpt
