@@ -45,6 +45,11 @@ absl::StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string
       s.manifest_status = manifest.status();
     } else {
       s.kind = manifest->kind;
+      s.base_step = manifest->base_step;
+      s.delta_mode = manifest->delta_mode;
+      for (const TensorInfo& t : manifest->tensors) {
+        s.max_error_bound = std::max(s.max_error_bound, t.error_bound);
+      }
       s.tensor_bytes = manifest->tensor_bytes();
       s.file_bytes = manifest->shard_bytes();
       auto mstat = fs->Stat(internal::JoinPath(s.dir, internal::kManifestName));

@@ -142,7 +142,8 @@ class EngineImpl final : public Engine {
       CKPT_RETURN_IF_ERROR(pool_.Resize(chunks, backend_.queue.get()));
     }
     PersisterContext ctx{fs_.get(), backend_.queue.get(), &pool_, root_, backend_.direct,
-                         backend_.description, kWriter, options_.compression_level};
+                         backend_.description, kWriter, options_.compression_level,
+                         options_.delta};
     persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job) { OnSaveDone(job); });
     if (options_.lazy_staging) lazy_ = std::make_unique<LazyStager>(&pool_);
     if (options_.watchdog_timeout > absl::ZeroDuration()) {
@@ -183,7 +184,10 @@ class EngineImpl final : public Engine {
 
     std::vector<PlannedShard> plan =
         PlanShards(tensors, options_.shard_min_bytes, options_.shard_max_bytes);
-    const size_t needed = ChunksNeeded(plan, pool_.chunk_bytes());
+    // Deltas hold a record's chunks until it is complete: two spare chunks
+    // let a record straddle chunk boundaries without starving the stager.
+    const size_t needed = ChunksNeeded(plan, pool_.chunk_bytes()) +
+                          (options_.delta.mode != DeltaOptions::Mode::kNone ? 2 : 0);
     size_t in_flight;
     {
       MutexLock lock(&mu_);
@@ -405,6 +409,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
   if (options.shard_min_bytes > options.shard_max_bytes) {
     return absl::InvalidArgumentError("shard_min_bytes is larger than shard_max_bytes");
+  }
+  if (options.delta.mode == DeltaOptions::Mode::kTopK &&
+      !(options.delta.topk_ratio > 0 && options.delta.topk_ratio <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delta.topk_ratio ", options.delta.topk_ratio, " is not in (0, 1]"));
+  }
+  if (options.delta.full_every < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delta.full_every ", options.delta.full_every, " must be at least 1"));
   }
   if (options.compression_level < 0 || options.compression_level > 19) {
     return absl::InvalidArgumentError(

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/catalog.h"
 #include "format/manifest.h"
+#include "delta/delta_codec.h"
 #include "format/names.h"
 #include "io/backend.h"
 #include "io/chunk_pool.h"
@@ -34,25 +35,44 @@ absl::Status ChecksumMismatch(const std::string& dir, const TensorInfo& t, uint6
       ": checksum mismatch (manifest ", HashToHex(t.xxh3), ", data ", HashToHex(actual), ")"));
 }
 
+// One checkpoint of a delta chain.
+struct Link {
+  std::string dir;
+  Manifest manifest;
+  std::map<std::string, size_t> index;
+};
+
 class ReaderImpl final : public Reader {
  public:
-  ReaderImpl(std::shared_ptr<FileSystem> fs, IoOptions io, std::string dir, Manifest manifest,
+  // `chain` runs from a full checkpoint to the one opened (a single link
+  // for a full checkpoint).
+  ReaderImpl(std::shared_ptr<FileSystem> fs, IoOptions io, std::vector<Link> chain,
              internal::IoBackend backend)
       : fs_(std::move(fs)),
         io_(io),
-        dir_(std::move(dir)),
-        manifest_(std::move(manifest)),
+        chain_(std::move(chain)),
+        dir_(chain_.back().dir),
+        manifest_(chain_.back().manifest),
         backend_(std::move(backend)) {
-    for (size_t i = 0; i < manifest_.tensors.size(); ++i) index_[manifest_.tensors[i].name] = i;
+    for (Link& link : chain_) {
+      for (size_t i = 0; i < link.manifest.tensors.size(); ++i) {
+        link.index[link.manifest.tensors[i].name] = i;
+      }
+    }
   }
 
   int64_t step() const override { return manifest_.step; }
+  bool is_delta() const { return chain_.size() > 1; }
   const std::string& dir() const override { return dir_; }
   const std::string& extras_json() const override { return manifest_.extras_json; }
   const std::vector<TensorInfo>& tensors() const override { return manifest_.tensors; }
   const TensorInfo* Find(absl::string_view name) const override {
-    auto it = index_.find(std::string(name));
-    return it == index_.end() ? nullptr : &manifest_.tensors[it->second];
+    return FindIn(chain_.size() - 1, name);
+  }
+  const TensorInfo* FindIn(size_t link, absl::string_view name) const {
+    const Link& l = chain_[link];
+    auto it = l.index.find(std::string(name));
+    return it == l.index.end() ? nullptr : &l.manifest.tensors[it->second];
   }
 
   absl::Status ReadInto(std::span<const ReadTarget> targets) override;
@@ -70,15 +90,24 @@ class ReaderImpl final : public Reader {
     size_t chunk = SIZE_MAX;  // pool chunk used, if any
   };
   struct Job {
-    const TensorInfo* info = nullptr;
+    const TensorInfo* info = nullptr;  // the record read (in link `link`)
     char* dst = nullptr;
     size_t parts_left = 0;
+    size_t link = 0;
   };
 
-  absl::StatusOr<File*> GetFile(const std::string& shard);
+  absl::StatusOr<File*> GetFile(const std::string& dir, const std::string& shard);
   // Reads and decompresses a zstd record into `dst` (or, when null, only
   // checks it), verifying the XXH3 of the decompressed bytes.
-  absl::Status ReadCompressed(const TensorInfo& t, char* dst);
+  absl::Status ReadCompressed(const std::string& dir, const TensorInfo& t, char* dst);
+  // Reads a record's stored bytes (a delta payload) into memory.
+  absl::StatusOr<AlignedBytes> ReadStored(const std::string& dir, const TensorInfo& t);
+  // The newest link at or before the opened one that stores `name` whole.
+  absl::StatusOr<size_t> BaseLinkOf(absl::string_view name) const;
+  // Applies the deltas of `name` after link `base` to `dst`, checking the
+  // checksum after each.
+  absl::Status ApplyDeltas(absl::string_view name, size_t base, char* dst);
+  absl::Status VerifyByReading();
   absl::Status EnsurePool();
   absl::Status TakeChunk(IoExecutor& io, size_t* chunk);
   absl::Status Complete(uint64_t part_tag);
@@ -86,33 +115,33 @@ class ReaderImpl final : public Reader {
 
   const std::shared_ptr<FileSystem> fs_;
   const IoOptions io_;
-  const std::string dir_;
-  const Manifest manifest_;
+  std::vector<Link> chain_;
+  const std::string& dir_;
+  const Manifest& manifest_;
   internal::IoBackend backend_;
-  std::map<std::string, size_t> index_;
-  std::map<std::string, std::unique_ptr<File>> files_;
+  std::map<std::string, std::unique_ptr<File>> files_;  // by path
   std::optional<ChunkPool> pool_;
   std::vector<size_t> free_chunks_;
   std::vector<Part> parts_;
   std::vector<Job> jobs_;
 };
 
-absl::StatusOr<File*> ReaderImpl::GetFile(const std::string& shard) {
-  auto it = files_.find(shard);
+absl::StatusOr<File*> ReaderImpl::GetFile(const std::string& dir, const std::string& shard) {
+  const std::string path = JoinPath(dir, shard);
+  auto it = files_.find(path);
   if (it != files_.end()) return it->second.get();
-  const std::string path = JoinPath(dir_, shard);
   OpenOptions options;
   options.direct = backend_.direct;
   auto file = fs_->Open(path, options);
   if (!file.ok() && options.direct && file.status().code() == absl::StatusCode::kInvalidArgument &&
       io_.direct == DirectIoMode::kAuto) {
-    Log(LogLevel::kInfo, absl::StrCat(dir_, " refuses O_DIRECT; reading buffered"));
+    Log(LogLevel::kInfo, absl::StrCat(dir, " refuses O_DIRECT; reading buffered"));
     backend_.direct = false;
     options.direct = false;
     file = fs_->Open(path, options);
   }
   if (!file.ok()) return file.status();
-  return (files_[shard] = std::move(*file)).get();
+  return (files_[path] = std::move(*file)).get();
 }
 
 absl::Status ReaderImpl::EnsurePool() {
@@ -143,7 +172,7 @@ absl::Status ReaderImpl::TakeChunk(IoExecutor& io, size_t* chunk) {
 
 absl::Status ReaderImpl::FinishJob(Job& job) {
   const uint64_t actual = Xxh3(job.dst, job.info->raw_bytes);
-  if (actual != job.info->xxh3) return ChecksumMismatch(dir_, *job.info, actual);
+  if (actual != job.info->xxh3) return ChecksumMismatch(chain_[job.link].dir, *job.info, actual);
   return absl::OkStatus();
 }
 
@@ -159,8 +188,50 @@ absl::Status ReaderImpl::Complete(uint64_t part_tag) {
   return absl::OkStatus();
 }
 
-absl::Status ReaderImpl::ReadCompressed(const TensorInfo& t, char* dst) {
-  CKPT_ASSIGN_OR_RETURN(File * file, GetFile(t.shard));
+absl::StatusOr<AlignedBytes> ReaderImpl::ReadStored(const std::string& dir, const TensorInfo& t) {
+  CKPT_ASSIGN_OR_RETURN(File * file, GetFile(dir, t.shard));
+  const uint64_t length = file->direct() ? AlignUp(t.stored_bytes) : t.stored_bytes;
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(length, false));
+  IoExecutor io(backend_.queue.get(), io_.chunk_bytes);
+  CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, t.offset, stored.data(), length, 0, -1,
+                                t.stored_bytes));
+  CKPT_RETURN_IF_ERROR(io.Drain());
+  return stored;
+}
+
+absl::StatusOr<size_t> ReaderImpl::BaseLinkOf(absl::string_view name) const {
+  for (size_t l = chain_.size(); l > 0; --l) {
+    const TensorInfo* t = FindIn(l - 1, name);
+    if (t == nullptr) break;
+    if (!IsDeltaEncoding(t->encoding)) return l - 1;
+  }
+  return absl::DataLossError(absl::StrCat("tensor \"", name, "\" of ", dir_,
+                                          " has no whole record in its delta chain"));
+}
+
+absl::Status ReaderImpl::ApplyDeltas(absl::string_view name, size_t base, char* dst) {
+  const TensorInfo* first = FindIn(base, name);
+  for (size_t l = base + 1; l < chain_.size(); ++l) {
+    const TensorInfo* t = FindIn(l, name);
+    if (t == nullptr || t->dtype != first->dtype || t->shape != first->shape) {
+      return absl::DataLossError(absl::StrCat("tensor \"", name, "\" changes dtype or shape along the delta chain of ", dir_));
+    }
+    CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStored(chain_[l].dir, *t));
+    absl::Status applied = ApplyDelta(t->encoding, static_cast<const char*>(stored.data()),
+                                      t->stored_bytes, dst, t->raw_bytes, t->dtype);
+    if (!applied.ok()) {
+      return absl::DataLossError(absl::StrCat("tensor \"", name, "\" in shard ",
+                                              JoinPath(chain_[l].dir, t->shard), " at offset ",
+                                              t->offset, ": ", applied.message()));
+    }
+    const uint64_t actual = Xxh3(dst, t->raw_bytes);
+    if (actual != t->xxh3) return ChecksumMismatch(chain_[l].dir, *t, actual);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReaderImpl::ReadCompressed(const std::string& dir, const TensorInfo& t, char* dst) {
+  CKPT_ASSIGN_OR_RETURN(File * file, GetFile(dir, t.shard));
   const uint64_t length = file->direct() ? AlignUp(t.stored_bytes) : t.stored_bytes;
   CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(length, false));
   {
@@ -170,7 +241,7 @@ absl::Status ReaderImpl::ReadCompressed(const TensorInfo& t, char* dst) {
     CKPT_RETURN_IF_ERROR(io.Drain());
   }
   const std::string where = absl::StrCat("tensor \"", t.name, "\" in shard ",
-                                         JoinPath(dir_, t.shard), " at offset ", t.offset);
+                                         JoinPath(dir, t.shard), " at offset ", t.offset);
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   if (dctx == nullptr) return absl::ResourceExhaustedError("ZSTD_createDCtx failed");
   std::vector<char> scratch(dst == nullptr ? std::min<uint64_t>(t.raw_bytes, 1 << 20) : 0);
@@ -195,7 +266,7 @@ absl::Status ReaderImpl::ReadCompressed(const TensorInfo& t, char* dst) {
     return absl::DataLossError(absl::StrCat(where, ": zstd data ends after ", produced, " of ",
                                             t.raw_bytes, " bytes"));
   }
-  if (hash.Digest() != t.xxh3) return ChecksumMismatch(dir_, t, hash.Digest());
+  if (hash.Digest() != t.xxh3) return ChecksumMismatch(dir, t, hash.Digest());
   return absl::OkStatus();
 }
 
@@ -213,12 +284,16 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
                                                      info->raw_bytes, " bytes, target has ",
                                                      target.capacity));
     }
-    jobs_.push_back(Job{info, static_cast<char*>(target.data), 0});
+    // A delta is applied to the newest whole record of its chain.
+    CKPT_ASSIGN_OR_RETURN(size_t base, BaseLinkOf(target.name));
+    jobs_.push_back(Job{FindIn(base, target.name), static_cast<char*>(target.data), 0, base});
   }
   absl::Status status;
   // Compressed records first, each on its own (one executor per queue at a time).
   for (const Job& job : jobs_) {
-    if (job.info->encoding == "zstd") CKPT_RETURN_IF_ERROR(ReadCompressed(*job.info, job.dst));
+    if (job.info->encoding == "zstd") {
+      CKPT_RETURN_IF_ERROR(ReadCompressed(chain_[job.link].dir, *job.info, job.dst));
+    }
   }
   {
     IoExecutor io(backend_.queue.get(), io_.chunk_bytes);
@@ -234,7 +309,7 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
     for (size_t j = 0; j < jobs_.size() && status.ok(); ++j) {
       Job& job = jobs_[j];
       const TensorInfo& t = *job.info;
-      auto file = GetFile(t.shard);
+      auto file = GetFile(chain_[job.link].dir, t.shard);
       if (!file.ok()) {
         status = file.status();
         break;
@@ -294,6 +369,12 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
     free_chunks_.clear();
     for (size_t i = pool_->count(); i > 0; --i) free_chunks_.push_back(i - 1);
   }
+  // Then the deltas, link by link, each checked.
+  for (size_t j = 0; j < jobs_.size() && status.ok(); ++j) {
+    if (jobs_[j].link + 1 < chain_.size()) {
+      status = ApplyDeltas(jobs_[j].info->name, jobs_[j].link, jobs_[j].dst);
+    }
+  }
   return status;
 }
 
@@ -321,10 +402,23 @@ absl::StatusOr<std::vector<Tensor>> ReaderImpl::ReadAll() {
   return tensors;
 }
 
+absl::Status ReaderImpl::VerifyByReading() {
+  // Reconstructs each tensor through the chain, checking every link.
+  uint64_t largest = 0;
+  for (const TensorInfo& t : manifest_.tensors) largest = std::max(largest, t.raw_bytes);
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes buffer, AlignedBytes::Allocate(largest, false));
+  for (const TensorInfo& t : manifest_.tensors) {
+    ReadTarget target{t.name, buffer.data(), buffer.size()};
+    CKPT_RETURN_IF_ERROR(ReadInto({&target, 1}));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReaderImpl::Verify() {
+  if (is_delta()) return VerifyByReading();
   CKPT_RETURN_IF_ERROR(EnsurePool());
   for (const TensorInfo& t : manifest_.tensors) {
-    if (t.encoding == "zstd") CKPT_RETURN_IF_ERROR(ReadCompressed(t, nullptr));
+    if (t.encoding == "zstd") CKPT_RETURN_IF_ERROR(ReadCompressed(dir_, t, nullptr));
   }
   // Pieces are consumed strictly in order (the hash is streamed), while up to
   // a pool's worth of them is in flight.
@@ -354,7 +448,7 @@ absl::Status ReaderImpl::Verify() {
       hash.Update(pool_->chunk(p.chunk), p.bytes);
       free_chunks_.push_back(p.chunk);
       if (p.start + p.bytes == t.raw_bytes && hash.Digest() != t.xxh3) {
-        return ChecksumMismatch(dir_, t, hash.Digest());
+        return ChecksumMismatch(dir_, t, hash.Digest());  // full checkpoint: one link
       }
       ++head;
     }
@@ -376,7 +470,7 @@ absl::Status ReaderImpl::Verify() {
     const bool more = next_tensor < manifest_.tensors.size();
     if (more && !free_chunks_.empty()) {
       const TensorInfo& t = manifest_.tensors[next_tensor];
-      auto file = GetFile(t.shard);
+      auto file = GetFile(dir_, t.shard);
       if (!file.ok()) {
         status = file.status();
         break;
@@ -410,6 +504,53 @@ absl::Status ReaderImpl::Verify() {
 
 }  // namespace
 
+namespace {
+
+constexpr size_t kMaxChainLength = 100000;
+
+// Loads checkpoint `step` and, for a delta, every base down to a full
+// checkpoint, checking each base against the checksum its dependant recorded.
+absl::StatusOr<std::vector<Link>> LoadChain(FileSystem& fs, IoQueue& queue, const std::string& root,
+                                            int64_t step) {
+  std::vector<Link> chain;
+  int64_t next = step;
+  uint64_t expected_hash = 0;
+  bool check_hash = false;
+  while (true) {
+    const std::string dir = JoinPath(root, CheckpointDirName(next));
+    auto manifest = LoadManifest(fs, queue, dir, next);
+    if (!manifest.ok()) {
+      if (!chain.empty() && (manifest.status().code() == absl::StatusCode::kDataLoss ||
+                             !fs.Stat(dir).ok())) {
+        return absl::DataLossError(absl::StrCat("base checkpoint step ", next, " of delta step ",
+                                                chain.back().manifest.step, " is missing or damaged: ",
+                                                manifest.status().message()));
+      }
+      return manifest.status();
+    }
+    if (check_hash && manifest->manifest_xxh3 != expected_hash) {
+      return absl::DataLossError(absl::StrCat(
+          "base checkpoint step ", next, " of delta step ", chain.back().manifest.step,
+          " is not the one the delta was written against (manifest checksum ",
+          HashToHex(manifest->manifest_xxh3), ", expected ", HashToHex(expected_hash), ")"));
+    }
+    const bool delta = manifest->kind == "delta";
+    const int64_t base = manifest->base_step;
+    expected_hash = manifest->base_manifest_xxh3;
+    chain.push_back(Link{dir, std::move(*manifest), {}});
+    if (!delta) break;
+    if (chain.size() >= kMaxChainLength) {
+      return absl::DataLossError(absl::StrCat("delta chain of step ", step, " is too long"));
+    }
+    next = base;
+    check_hash = true;
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
                                                      const ReaderOptions& options) {
   std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
@@ -422,28 +563,26 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
     if (!std::binary_search(steps.begin(), steps.end(), step)) {
       return absl::NotFoundError(absl::StrCat("no checkpoint for step ", step, " in ", root));
     }
-    const std::string dir = JoinPath(root, CheckpointDirName(step));
-    CKPT_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*fs, *backend.queue, dir, step));
+    CKPT_ASSIGN_OR_RETURN(std::vector<Link> chain, LoadChain(*fs, *backend.queue, root, step));
     return std::unique_ptr<Reader>(
-        new ReaderImpl(fs, options.io, dir, std::move(manifest), std::move(backend)));
+        new ReaderImpl(fs, options.io, std::move(chain), std::move(backend)));
   }
   std::string skipped;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    const std::string dir = JoinPath(root, CheckpointDirName(*it));
-    auto manifest = LoadManifest(*fs, *backend.queue, dir, *it);
-    if (manifest.ok()) {
+    auto chain = LoadChain(*fs, *backend.queue, root, *it);
+    if (chain.ok()) {
       return std::unique_ptr<Reader>(
-          new ReaderImpl(fs, options.io, dir, std::move(*manifest), std::move(backend)));
+          new ReaderImpl(fs, options.io, std::move(*chain), std::move(backend)));
     }
     // Only damage is skipped: an I/O error (EIO, EACCES, ...) may be
     // transient, and silently restoring an older step would hide it.
-    if (manifest.status().code() != absl::StatusCode::kDataLoss &&
-        manifest.status().code() != absl::StatusCode::kUnimplemented) {
-      return Annotate(manifest.status(), absl::StrCat("checkpoint step ", *it, " in ", root));
+    if (chain.status().code() != absl::StatusCode::kDataLoss &&
+        chain.status().code() != absl::StatusCode::kUnimplemented) {
+      return Annotate(chain.status(), absl::StrCat("checkpoint step ", *it, " in ", root));
     }
-    Log(LogLevel::kWarning, absl::StrCat("skipping step ", *it, ": ", manifest.status().message()));
+    Log(LogLevel::kWarning, absl::StrCat("skipping step ", *it, ": ", chain.status().message()));
     absl::StrAppend(&skipped, skipped.empty() ? "" : "; ", "step ", *it, ": ",
-                    manifest.status().message());
+                    chain.status().message());
   }
   if (skipped.empty()) return absl::NotFoundError(absl::StrCat("no checkpoint in ", root));
   return absl::DataLossError(absl::StrCat("no readable checkpoint in ", root, " (", skipped, ")"));

@@ -21,7 +21,10 @@ struct CheckpointSummary {
   // OK if the manifest was read and passed its checksum and bounds checks;
   // otherwise why not (the other fields are then zero).
   absl::Status manifest_status;
-  std::string kind;  // "full"
+  std::string kind;  // "full" or "delta"
+  int64_t base_step = -1;    // for a delta: the checkpoint it applies to
+  std::string delta_mode;    // for a delta: "exact" or "topk"
+  double max_error_bound = 0;  // largest per-tensor error bound (0: exact)
   uint64_t tensor_bytes = 0;
   uint64_t file_bytes = 0;  // shard files + manifest
   size_t tensor_count = 0;

@@ -36,6 +36,7 @@ struct SaveStats {
   int64_t step = 0;
   std::string dir;              // the committed checkpoint directory
   bool skipped = false;         // dropped by `BusyPolicy::kSkip`; nothing was written
+  std::string kind;             // "full" or "delta" (once committed)
   uint64_t tensor_bytes = 0;    // sum of the tensors' sizes
   uint64_t file_bytes = 0;      // bytes of shard files on disk
   size_t tensor_count = 0;

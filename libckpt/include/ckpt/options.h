@@ -42,6 +42,24 @@ struct IoOptions {
   size_t buffer_bytes = size_t{64} << 20;
 };
 
+// Delta checkpoints: between full saves, store only what changed since the
+// state a restore of the previous checkpoint yields (see docs/deltas.md).
+struct DeltaOptions {
+  enum class Mode : uint8_t {
+    kNone,   // every save is full
+    kExact,  // lossless: changed elements (sparse) or XOR, whichever is smaller, zstd
+    kTopK,   // lossy: per tensor the ceil(topk_ratio * numel) largest changes
+  };
+  Mode mode = Mode::kNone;
+  double topk_ratio = 0.01;
+  // A full save every `full_every` saves (the first save is always full, and
+  // so is any save whose delta would not be smaller).
+  int full_every = 10;
+  // Host memory for the reference state (one copy of every tensor); tensors
+  // that do not fit are saved in full in every save. SIZE_MAX: no bound.
+  size_t max_reference_bytes = SIZE_MAX;
+};
+
 struct EngineOptions {
   // Every file-system call goes through `fs`; null means `PosixFileSystem()`.
   std::shared_ptr<FileSystem> fs;
@@ -77,6 +95,8 @@ struct EngineOptions {
 
   // zstd level for shard files (1..19); 0 disables compression.
   int compression_level = 0;
+
+  DeltaOptions delta;
 
   // A save that makes no progress for this long is reported (log line,
   // `EngineStats::watchdog_stalls`, `on_stall`). Zero disables the watchdog.

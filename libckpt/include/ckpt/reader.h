@@ -34,7 +34,10 @@ struct TensorInfo {
   std::string encoding;       // "raw" (more in later format versions)
   std::string shard;          // shard file name, inside the checkpoint dir
   uint64_t offset = 0;        // 4 KiB-aligned offset of the record in `shard`
-  uint64_t xxh3 = 0;          // XXH3-64 of the raw bytes
+  uint64_t xxh3 = 0;          // XXH3-64 of the raw bytes (as restored)
+  // For a lossy (top-k) delta: the largest absolute difference between a
+  // restored element and the value that was saved; 0 when exact.
+  double error_bound = 0;
 };
 
 // Where `Reader::ReadInto` puts one tensor.

@@ -1,21 +1,38 @@
 #include "engine/persister.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "commit/commit.h"
+#include "delta/delta_codec.h"
 #include "format/manifest.h"
 #include "format/names.h"
 #include "io/io_executor.h"
 #include "io/small_file.h"
-#include "util/mutex.h"
+#include "util/hash.h"
+#include "util/log.h"
 #include "util/status_macros.h"
 
 namespace ckpt::internal {
+namespace {
+
+// Tags of encoder output buffers carry this bit; staging chunks do not.
+constexpr uint64_t kOutputTag = uint64_t{1} << 62;
+constexpr size_t kOutputBuffers = 8;
+
+uint64_t AlignUp(uint64_t n) { return (n + kRecordAlignment - 1) / kRecordAlignment * kRecordAlignment; }
+
+}  // namespace
 
 Persister::Persister(PersisterContext context, std::function<void(SaveJob&)> on_done)
-    : ctx_(std::move(context)), on_done_(std::move(on_done)), thread_([this] { Run(); }) {}
+    : ctx_(std::move(context)), on_done_(std::move(on_done)) {
+  if (ctx_.delta.mode != DeltaOptions::Mode::kNone) {
+    reference_ = std::make_unique<ReferenceState>(ctx_.delta.max_reference_bytes);
+  }
+  thread_ = std::thread([this] { Run(); });
+}
 
 Persister::~Persister() {
   if (thread_.joinable()) Stop(/*abandon=*/false);
@@ -56,17 +73,38 @@ void Persister::Run() {
   }
 }
 
-namespace {
+bool Persister::ShouldWriteDelta(const SaveJob& job) {
+  if (reference_ == nullptr || !reference_->valid()) return false;
+  if (reference_->deltas_since_full() + 1 >= std::max(1, ctx_.delta.full_every)) return false;
+  // The base must still be there (retention may have removed it).
+  if (!ctx_.fs->Stat(JoinPath(ctx_.root, CheckpointDirName(reference_->base_step()))).ok()) {
+    return false;
+  }
+  // A delta holds each record's staging chunks until the record is complete:
+  // the pool must fit the largest record (plus the chunk it straddles into).
+  uint64_t largest = 0;
+  for (const TensorView& t : job.tensors) largest = std::max<uint64_t>(largest, t.nbytes);
+  return (largest + ctx_.pool->chunk_bytes() - 1) / ctx_.pool->chunk_bytes() + 2 <=
+         ctx_.pool->count();
+}
 
-// Tags of compressed-output buffers carry this bit; staging chunks do not.
-constexpr uint64_t kOutputTag = uint64_t{1} << 62;
-
-uint64_t AlignUp(uint64_t n) { return (n + kRecordAlignment - 1) / kRecordAlignment * kRecordAlignment; }
-
-}  // namespace
+void Persister::UpdateReference(const SaveJob& job, const StagedChunk& chunk, const char* data) {
+  const PlannedShard& shard = job.plan[chunk.shard];
+  const uint64_t begin = chunk.file_offset;
+  const uint64_t end = begin + chunk.bytes;
+  for (const PlannedRecord& rec : shard.records) {
+    if (rec.offset >= end || rec.offset + rec.bytes <= begin) continue;
+    const TensorView& t = job.tensors[rec.tensor];
+    char* ref = reference_->FindOrCreate(t.name, t.dtype, t.shape, t.nbytes);
+    if (ref == nullptr) continue;  // over the reference budget: always saved whole
+    const uint64_t lo = std::max(begin, rec.offset);
+    const uint64_t hi = std::min(end, rec.offset + rec.bytes);
+    std::memcpy(ref + (lo - rec.offset), data + (lo - begin), hi - lo);
+  }
+}
 
 absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
-                                    std::unique_ptr<ShardCompressor>* compressor) {
+                                    Plan& plan) {
   absl::Status status;
   if (abandon_) status = absl::CancelledError("save cancelled: engine closing");
   if (status.ok()) status = ctx_.fs->CreateDir(job.temp_dir);
@@ -80,19 +118,9 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     if (file.ok()) files.push_back(std::move(*file));
     else status = file.status();
   }
-  if (status.ok() && ctx_.compression_level > 0) {
-    auto c = ShardCompressor::Create(job, ctx_.compression_level, ctx_.pool->chunk_bytes(), 8);
-    if (c.ok()) *compressor = std::move(*c);
-    else status = c.status();
-  }
-  if (!status.ok()) job.abort = true;
-  ShardCompressor* zstd = compressor->get();
-  std::vector<size_t> free_outputs;
-  if (zstd != nullptr) {
-    for (size_t i = zstd->buffers(); i > 0; --i) free_outputs.push_back(i - 1);
-  }
 
   IoExecutor io(ctx_.queue, ctx_.pool->chunk_bytes());
+  std::vector<size_t> free_outputs;
   std::vector<uint64_t> written;
   auto fail = [&](absl::Status s) {
     if (status.ok()) status = std::move(s);
@@ -112,43 +140,72 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     release(written);
     if (!polled.ok()) fail(polled);
   };
-  ShardCompressor::AcquireFn acquire = [&]() -> absl::StatusOr<size_t> {
+  ShardOutputs::AcquireFn acquire = [&]() -> absl::StatusOr<size_t> {
     while (free_outputs.empty() && status.ok()) poll(/*block=*/true);
     if (!status.ok()) return status;
     size_t i = free_outputs.back();
     free_outputs.pop_back();
     return i;
   };
-  ShardCompressor::EmitFn emit = [&](size_t shard, uint64_t offset, size_t buffer, size_t bytes) {
-    const size_t length = AlignUp(bytes);  // only the last block of a shard is partial
-    if (length != bytes) std::memset(zstd->buffer(buffer) + bytes, 0, length - bytes);
-    return io.Start(IoOp::Kind::kWrite, files[shard].get(), offset, zstd->buffer(buffer), length,
-                    kOutputTag | buffer);
+  ShardOutputs* outputs = nullptr;
+  ShardOutputs::EmitFn emit = [&](size_t shard, uint64_t offset, size_t buffer, size_t bytes) {
+    const size_t length = AlignUp(bytes);  // only a shard's last block is partial
+    if (length != bytes) std::memset(outputs->buffer(buffer) + bytes, 0, length - bytes);
+    return io.Start(IoOp::Kind::kWrite, files[shard].get(), offset, outputs->buffer(buffer),
+                    length, kOutputTag | buffer);
   };
+  if (status.ok() && (plan.delta || ctx_.compression_level > 0)) {
+    auto created = ShardOutputs::Create(job.plan.size(), ctx_.pool->chunk_bytes(), kOutputBuffers);
+    absl::StatusOr<std::unique_ptr<ShardEncoder>> encoder =
+        created.ok() ? (plan.delta ? NewDeltaShardEncoder(job, ctx_.delta,
+                                                          std::max(1, ctx_.compression_level),
+                                                          reference_.get(), std::move(*created),
+                                                          acquire, emit)
+                                   : NewZstdShardEncoder(job, ctx_.compression_level,
+                                                         std::move(*created), acquire, emit))
+                     : absl::StatusOr<std::unique_ptr<ShardEncoder>>(created.status());
+    if (encoder.ok()) {
+      plan.encoder = std::move(*encoder);
+      outputs = &plan.encoder->outputs();
+      for (size_t i = outputs->buffers(); i > 0; --i) free_outputs.push_back(i - 1);
+    } else {
+      status = encoder.status();
+    }
+  }
+  if (!status.ok()) job.abort = true;
+  ShardEncoder* encoder = plan.encoder.get();
+  const bool update_reference = reference_ != nullptr && !plan.delta;
 
   std::vector<StagedChunk> ready;
+  std::vector<size_t> releasable;
   bool more = true;
+  bool finished = false;
   while (more || io.transfers_in_flight() > 0) {
     ready.clear();
     if (more) more = job.TakeChunks(/*block=*/io.transfers_in_flight() == 0, &ready);
     for (const StagedChunk& c : ready) {
       if (status.ok() && abandon_) fail(absl::CancelledError("save cancelled: engine closing"));
-      if (status.ok() && zstd != nullptr) {
-        absl::Status s = zstd->Consume(c, ctx_.pool->chunk(c.chunk), acquire, emit);
+      const char* data = ctx_.pool->chunk(c.chunk);
+      if (status.ok() && update_reference) UpdateReference(job, c, data);
+      if (status.ok() && encoder != nullptr) {
+        releasable.clear();
+        absl::Status s = encoder->Consume(c, data, &releasable);
         if (!s.ok()) fail(s);
+        for (size_t r : releasable) ctx_.pool->Release(r);
+        continue;  // the encoder listed `c` when it no longer needs it
       } else if (status.ok()) {
         absl::Status s = io.Start(IoOp::Kind::kWrite, files[c.shard].get(), c.file_offset,
-                                  ctx_.pool->chunk(c.chunk), c.bytes, c.chunk,
+                                  const_cast<char*>(data), c.bytes, c.chunk,
                                   ctx_.pool->buf_index(c.chunk));
         if (s.ok()) continue;
         fail(s);
       }
-      ctx_.pool->Release(c.chunk);  // compressed, or dropped by a failed save
+      ctx_.pool->Release(c.chunk);  // dropped by a failed save
     }
-    if (!more && status.ok() && zstd != nullptr) {
-      absl::Status s = zstd->Finish(acquire, emit);
+    if (!more && status.ok() && encoder != nullptr && !finished) {
+      finished = true;
+      absl::Status s = encoder->Finish();
       if (!s.ok()) fail(s);
-      zstd = nullptr;  // finished
     }
     if (io.transfers_in_flight() > 0) poll(/*block=*/ready.empty());
     if (!status.ok() && io.transfers_in_flight() > 0) {
@@ -157,18 +214,24 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
       release(written);
     }
   }
+  if (encoder != nullptr) {
+    releasable.clear();
+    encoder->TakeHeld(&releasable);
+    for (size_t r : releasable) ctx_.pool->Release(r);
+  }
   if (status.ok()) status = job.staging_status();
   return status;
 }
 
 absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
-                               const ShardCompressor* compressor, SaveStats* stats) {
+                               const Plan& plan, SaveStats* stats) {
+  const ShardEncoder* encoder = plan.encoder.get();
   Manifest manifest;
   manifest.tensors.resize(job.tensors.size());
   for (size_t i = 0; i < job.plan.size(); ++i) {
     const PlannedShard& shard = job.plan[i];
     ShardLayout layout{shard.file_bytes, shard.padded_bytes};
-    if (compressor != nullptr) layout = compressor->shards()[i];
+    if (encoder != nullptr) layout = encoder->shards()[i];
     manifest.shards.push_back(ShardInfo{shard.file, layout.file_bytes});
     for (const PlannedRecord& r : shard.records) {
       const TensorView& t = job.tensors[r.tensor];
@@ -179,11 +242,13 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
       info.raw_bytes = t.nbytes;
       info.shard = shard.file;
       info.xxh3 = job.hashes[r.tensor];
-      if (compressor != nullptr) {
-        const RecordLayout& rl = compressor->records()[r.tensor];
+      if (encoder != nullptr) {
+        const RecordLayout& rl = encoder->records()[r.tensor];
         info.offset = rl.offset;
         info.stored_bytes = rl.stored_bytes;
-        info.encoding = "zstd";
+        info.encoding = rl.encoding;
+        info.error_bound = rl.error_bound;
+        if (encoder->restored_hashes()[r.tensor] != 0) info.xxh3 = encoder->restored_hashes()[r.tensor];
       } else {
         info.offset = r.offset;
         info.stored_bytes = t.nbytes;
@@ -198,31 +263,49 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     job.Touch();
   }
   manifest.step = job.step();
+  // A delta whose every record fell back to whole bytes depends on nothing.
+  bool any_delta = false;
+  for (const TensorInfo& t : manifest.tensors) any_delta |= IsDeltaEncoding(t.encoding);
+  if (plan.delta && any_delta) {
+    manifest.kind = "delta";
+    manifest.base_step = reference_->base_step();
+    manifest.base_manifest_xxh3 = reference_->base_manifest_xxh3();
+    manifest.delta_mode = ctx_.delta.mode == DeltaOptions::Mode::kTopK ? "topk" : "exact";
+  }
   manifest.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
   manifest.writer = ctx_.writer;
   manifest.extras_json = job.extras_json;
-  CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(manifest));
+  CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(&manifest));
   CKPT_RETURN_IF_ERROR(
       WriteFileDurably(*ctx_.fs, *ctx_.queue, JoinPath(job.temp_dir, kManifestName), contents));
   job.Touch();
   CKPT_RETURN_IF_ERROR(CommitCheckpoint(*ctx_.fs, *ctx_.queue, ctx_.root, job.temp_dir, job.final_name));
+  if (reference_ != nullptr) {
+    reference_->Retain(job.tensors);
+    reference_->Committed(job.step(), manifest.manifest_xxh3, manifest.kind == "delta");
+  }
   stats->tensor_bytes = manifest.tensor_bytes();
   stats->file_bytes = manifest.shard_bytes();
+  stats->kind = manifest.kind;
   return absl::OkStatus();
 }
 
 void Persister::Persist(SaveJob& job) {
   const Clock::time_point persist_start = Clock::now();
   std::vector<std::unique_ptr<File>> files;
-  std::unique_ptr<ShardCompressor> compressor;
-  absl::Status status = WriteChunks(job, files, &compressor);
+  Plan plan;
+  plan.delta = ShouldWriteDelta(job);
+  absl::Status status = WriteChunks(job, files, plan);
   SaveStats stats;
-  if (status.ok()) status = Commit(job, files, compressor.get(), &stats);
+  if (status.ok()) status = Commit(job, files, plan, &stats);
   if (!status.ok()) {
-    files.clear();  // close what is open before removing the directory
+    plan.encoder.reset();  // gives nothing back: its chunks were released or are dropped below
+    files.clear();         // close what is open before removing the directory
     RemoveTreeBestEffort(*ctx_.fs, job.temp_dir);
+    // The reference may be half updated: the next save is full.
+    if (reference_ != nullptr) reference_->Invalidate();
     status = Annotate(status, absl::StrCat("save of step ", job.step(), " in ", ctx_.root));
   }
   stats.step = job.step();

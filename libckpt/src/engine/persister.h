@@ -1,6 +1,6 @@
 // `Persister`: the background thread that writes staged chunks into shard
 // files and commits each save, one save at a time, in the order saves were
-// started.
+// started. It also owns the reference state of delta checkpoints.
 #ifndef CKPT_ENGINE_PERSISTER_H_
 #define CKPT_ENGINE_PERSISTER_H_
 
@@ -11,12 +11,13 @@
 #include <string>
 #include <thread>
 
-#include "absl/base/thread_annotations.h"
-#include "util/mutex.h"
 #include "ckpt/file_system.h"
+#include "ckpt/options.h"
+#include "engine/reference_state.h"
 #include "engine/save_job.h"
-#include "engine/shard_compressor.h"
+#include "engine/shard_encoder.h"
 #include "staging/staging_pool.h"
+#include "util/mutex.h"
 
 namespace ckpt::internal {
 
@@ -27,8 +28,9 @@ struct PersisterContext {
   std::string root;
   bool direct = false;
   std::string backend;
-  std::string writer;  // "ckpt <version>"
+  std::string writer;         // "ckpt <version>"
   int compression_level = 0;  // zstd level; 0 = raw records
+  DeltaOptions delta;
 };
 
 class Persister {
@@ -46,19 +48,28 @@ class Persister {
   void Stop(bool abandon);
 
  private:
+  // What the persister decided for one save.
+  struct Plan {
+    bool delta = false;  // encoded against the reference state
+    std::unique_ptr<ShardEncoder> encoder;  // null: raw chunks written as staged
+  };
+
   void Run();
   void Persist(SaveJob& job);
-  // Writes the job's chunks as they are staged (compressing them when
-  // enabled); returns once all are written or the first error.
-  absl::Status WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
-                           std::unique_ptr<ShardCompressor>* compressor);
+  bool ShouldWriteDelta(const SaveJob& job);
+  // Writes the job's chunks as they are staged (encoding them when the plan
+  // says so); returns once all are written or the first error.
+  absl::Status WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files, Plan& plan);
   // Truncates, fsyncs and closes the shards, writes the manifest, commits.
-  absl::Status Commit(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
-                      const ShardCompressor* compressor, SaveStats* stats);
+  absl::Status Commit(SaveJob& job, std::vector<std::unique_ptr<File>>& files, const Plan& plan,
+                      SaveStats* stats);
+  // Copies the record bytes of a raw chunk into the reference state.
+  void UpdateReference(const SaveJob& job, const StagedChunk& chunk, const char* data);
 
   const PersisterContext ctx_;
   const std::function<void(SaveJob&)> on_done_;
   std::atomic<bool> abandon_{false};
+  std::unique_ptr<ReferenceState> reference_;  // persister thread only; null without deltas
   Mutex mu_;
   std::deque<std::shared_ptr<SaveJob>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

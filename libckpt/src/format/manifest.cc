@@ -8,6 +8,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "delta/delta_codec.h"
 #include "format/names.h"
 #include "util/hash.h"
 
@@ -88,12 +89,19 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
       *numel * elem != t.raw_bytes) {
     return Corrupt(path, absl::StrCat(where, ": shape and dtype do not match raw_bytes ", t.raw_bytes));
   }
-  if (t.encoding != "raw" && t.encoding != "zstd") {
+  if (t.encoding != "raw" && t.encoding != "zstd" && !IsDeltaEncoding(t.encoding)) {
     return Corrupt(path, absl::StrCat(where, ": unknown encoding \"", t.encoding, "\""));
   }
   if (t.encoding == "raw" && t.stored_bytes != t.raw_bytes) {
     return Corrupt(path, absl::StrCat(where, ": raw record stores ", t.stored_bytes,
                                       " bytes, not raw_bytes ", t.raw_bytes));
+  }
+  auto bound = j.find("error_bound");
+  if (bound != j.end()) {
+    if (!bound->is_number() || !(bound->get<double>() >= 0)) {
+      return Corrupt(path, absl::StrCat(where, ": error_bound is not a non-negative number"));
+    }
+    t.error_bound = bound->get<double>();
   }
   auto shard = shards.find(t.shard);
   if (shard == shards.end()) {
@@ -122,11 +130,16 @@ uint64_t Manifest::shard_bytes() const {
   return sum;
 }
 
-absl::StatusOr<std::string> SerializeManifest(const Manifest& m) {
+absl::StatusOr<std::string> SerializeManifest(Manifest* manifest) {
+  const Manifest& m = *manifest;
   Json j;
   j["format_version"] = m.format_version;
   j["step"] = m.step;
   j["kind"] = m.kind;
+  if (m.kind == "delta") {
+    j["base"] = {{"step", m.base_step}, {"manifest_xxh3", HashToHex(m.base_manifest_xxh3)}};
+    j["delta_mode"] = m.delta_mode;
+  }
   j["created_unix_ns"] = m.created_unix_ns;
   j["writer"] = m.writer;
   j["alignment"] = m.alignment;
@@ -149,6 +162,7 @@ absl::StatusOr<std::string> SerializeManifest(const Manifest& m) {
                        {"stored_bytes", t.stored_bytes},
                        {"encoding", t.encoding},
                        {"xxh3", HashToHex(t.xxh3)}});
+    if (t.error_bound != 0) tensors.back()["error_bound"] = t.error_bound;
   }
   j["tensors"] = std::move(tensors);
   std::string text;
@@ -160,6 +174,7 @@ absl::StatusOr<std::string> SerializeManifest(const Manifest& m) {
   // `text` ends with "\n}": drop the brace, append the checksum member.
   text.resize(text.size() - 2);
   const uint64_t hash = Xxh3(text.data(), text.size());
+  manifest->manifest_xxh3 = hash;
   absl::StrAppend(&text, kChecksumHead, HashToHex(hash), kChecksumTail);
   return text;
 }
@@ -193,7 +208,26 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
   }
   CKPT_GET(j, "step", &m.step);
   CKPT_GET(j, "kind", &m.kind);
-  if (m.kind != "full") return Corrupt(path, absl::StrCat("unknown kind \"", m.kind, "\""));
+  m.manifest_xxh3 = actual;
+  if (m.kind == "delta") {
+    auto base = j.find("base");
+    if (base == j.end() || !base->is_object()) return Corrupt(path, "delta without a base");
+    std::string base_hash;
+    CKPT_GET(*base, "step", &m.base_step);
+    CKPT_GET(*base, "manifest_xxh3", &base_hash);
+    auto parsed_hash = HashFromHex(base_hash);
+    if (!parsed_hash.ok()) return Corrupt(path, parsed_hash.status().message());
+    m.base_manifest_xxh3 = *parsed_hash;
+    CKPT_GET(j, "delta_mode", &m.delta_mode);
+    if (m.base_step < 0 || m.base_step >= m.step) {
+      return Corrupt(path, absl::StrCat("delta base step ", m.base_step, " is not before step ", m.step));
+    }
+    if (m.delta_mode != "exact" && m.delta_mode != "topk") {
+      return Corrupt(path, absl::StrCat("unknown delta_mode \"", m.delta_mode, "\""));
+    }
+  } else if (m.kind != "full") {
+    return Corrupt(path, absl::StrCat("unknown kind \"", m.kind, "\""));
+  }
   CKPT_GET(j, "created_unix_ns", &m.created_unix_ns);
   CKPT_GET(j, "writer", &m.writer);
   CKPT_GET(j, "alignment", &m.alignment);
@@ -233,6 +267,9 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
   for (size_t i = 0; i < tensors->size(); ++i) {
     auto t = ParseTensor((*tensors)[i], path, i, shard_bytes, m.alignment);
     if (!t.ok()) return t.status();
+    if (m.kind != "delta" && IsDeltaEncoding(t->encoding)) {
+      return Corrupt(path, absl::StrCat("tensor \"", t->name, "\" is a delta in a full checkpoint"));
+    }
     m.tensors.push_back(std::move(*t));
   }
   for (const TensorInfo& t : m.tensors) {

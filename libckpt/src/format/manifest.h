@@ -29,7 +29,13 @@ struct ShardInfo {
 struct Manifest {
   int format_version = kFormatVersion;
   int64_t step = 0;
-  std::string kind = "full";
+  std::string kind = "full";  // "full" or "delta"
+  // For a delta: the checkpoint it applies to, and that manifest's checksum.
+  int64_t base_step = -1;
+  uint64_t base_manifest_xxh3 = 0;
+  std::string delta_mode;  // "exact" or "topk" for a delta
+  // This manifest's own checksum (set by Serialize/Parse).
+  uint64_t manifest_xxh3 = 0;
   int64_t created_unix_ns = 0;
   std::string writer;  // "ckpt <version>"
   uint64_t alignment = kRecordAlignment;
@@ -44,7 +50,8 @@ struct Manifest {
 // The manifest as file contents: JSON whose last member, "manifest_xxh3", is
 // the XXH3-64 of every byte before the comma that precedes it.
 // REQUIRES: names and extras are valid UTF-8 (checked by the engine).
-absl::StatusOr<std::string> SerializeManifest(const Manifest& manifest);
+// Sets `manifest->manifest_xxh3`.
+absl::StatusOr<std::string> SerializeManifest(Manifest* manifest);
 
 // Checks the checksum, then parses and bounds-checks everything (names,
 // dtypes, shapes against sizes, shard names, record extents) before the

@@ -1,0 +1,73 @@
+// `ShardEncoder`: turns a save's raw staged chunks into shard files whose
+// records are encoded (zstd-compressed, or deltas against the reference
+// state), on the persister thread. Output goes through `ShardOutputs`.
+#ifndef CKPT_ENGINE_SHARD_ENCODER_H_
+#define CKPT_ENGINE_SHARD_ENCODER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/reference_state.h"
+#include "engine/save_job.h"
+#include "engine/shard_outputs.h"
+
+namespace ckpt::internal {
+
+class ShardEncoder {
+ public:
+  ShardEncoder(const SaveJob& job, std::unique_ptr<ShardOutputs> outputs,
+               ShardOutputs::AcquireFn acquire, ShardOutputs::EmitFn emit);
+  virtual ~ShardEncoder() = default;
+
+  // Consumes staged `chunk` (its bytes at `data`). REQUIRES: the chunks of a
+  // shard arrive in file-offset order. Appends to `release` the staging
+  // chunks that may be given back now (this one, or earlier ones whose
+  // records are now all encoded).
+  virtual absl::Status Consume(const StagedChunk& chunk, const char* data,
+                               std::vector<size_t>* release) = 0;
+  // On error, `release` gets every staging chunk the encoder holds (that
+  // one included): the caller gives back exactly what `release` lists.
+  // Flushes every shard. Call once, after the last chunk.
+  absl::Status Finish();
+  // Staging chunks still held (after a failure elsewhere); the encoder
+  // forgets them.
+  virtual void TakeHeld(std::vector<size_t>* out) {}
+
+  const std::vector<ShardLayout>& shards() const { return shards_; }
+  const std::vector<RecordLayout>& records() const { return records_; }  // by tensor index
+  // A record's checksum when it differs from the staged bytes' (top-k: the
+  // restored value is not what was staged); 0 = use the staged hash.
+  const std::vector<uint64_t>& restored_hashes() const { return restored_hashes_; }
+  ShardOutputs& outputs() { return *outputs_; }
+
+ protected:
+  const SaveJob& job_;
+  std::unique_ptr<ShardOutputs> outputs_;
+  ShardOutputs::AcquireFn acquire_;
+  ShardOutputs::EmitFn emit_;
+  std::vector<size_t> next_record_;  // per shard: first record not started (unused by deltas)
+  std::vector<ShardLayout> shards_;
+  std::vector<RecordLayout> records_;
+  std::vector<uint64_t> restored_hashes_;
+};
+
+// Each record as independent zstd frames, one per staged chunk that held
+// part of it (so readers can stream them).
+absl::StatusOr<std::unique_ptr<ShardEncoder>> NewZstdShardEncoder(
+    const SaveJob& job, int level, std::unique_ptr<ShardOutputs> outputs,
+    ShardOutputs::AcquireFn acquire, ShardOutputs::EmitFn emit);
+
+// Each record as a delta against `reference` (exact or top-k per `options`,
+// payloads zstd level `level`), falling back to the raw bytes where the
+// tensor has no reference or the delta would not be smaller. Holds a
+// record's chunks until it is complete. Updates `reference` to what a
+// restore of this checkpoint will yield.
+absl::StatusOr<std::unique_ptr<ShardEncoder>> NewDeltaShardEncoder(
+    const SaveJob& job, const DeltaOptions& options, int level, ReferenceState* reference,
+    std::unique_ptr<ShardOutputs> outputs, ShardOutputs::AcquireFn acquire,
+    ShardOutputs::EmitFn emit);
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_ENGINE_SHARD_ENCODER_H_
