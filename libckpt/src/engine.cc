@@ -144,7 +144,9 @@ class EngineImpl final : public Engine {
     PersisterContext ctx{fs_.get(), backend_.queue.get(), &pool_, root_, backend_.direct,
                          backend_.description, kWriter, options_.compression_level,
                          options_.delta};
-    persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job) { OnSaveDone(job); });
+    persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job, const absl::Status& outcome, const SaveStats& s) {
+                                 OnSaveDone(job, outcome, s);
+                               });
     if (options_.lazy_staging) lazy_ = std::make_unique<LazyStager>(&pool_);
     if (options_.watchdog_timeout > absl::ZeroDuration()) {
       watchdog_ = std::thread([this] { Watch(); });
@@ -300,20 +302,17 @@ class EngineImpl final : public Engine {
   absl::Status TakeUnreportedError() {
     MutexLock lock(&mu_);
     while (!failed_.empty()) {
-      std::shared_ptr<SaveJob> job = std::move(failed_.front());
+      auto [job, error] = std::move(failed_.front());
       failed_.pop_front();
-      if (job->error_reported()) continue;
+      if (job->Done() && job->error_reported()) continue;
       job->MarkErrorReported();
-      absl::Status s = job->outcome();
-      return absl::Status(s.code(), absl::StrCat("an earlier save failed: ", s.message()));
+      return absl::Status(error.code(), absl::StrCat("an earlier save failed: ", error.message()));
     }
     return absl::OkStatus();
   }
 
   // Persister thread, after each save.
-  void OnSaveDone(SaveJob& job) {
-    const SaveStats s = job.stats();
-    const absl::Status outcome = job.outcome();
+  void OnSaveDone(SaveJob& job, const absl::Status& outcome, const SaveStats& s) {
     EngineStats snapshot;
     {
       MutexLock lock(&mu_);
@@ -330,7 +329,7 @@ class EngineImpl final : public Engine {
         stats_.bytes_committed += s.file_bytes;
       } else {
         ++stats_.saves_failed;
-        if (owned != nullptr) failed_.push_back(owned);
+        if (owned != nullptr) failed_.emplace_back(owned, outcome);
       }
       stats_.last = s;
       snapshot = stats_;
@@ -390,7 +389,8 @@ class EngineImpl final : public Engine {
   bool watchdog_stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<std::shared_ptr<SaveJob>> inflight_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<int64_t> steps_in_flight_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::shared_ptr<SaveJob>> failed_ ABSL_GUARDED_BY(mu_);
+  // Failed saves with their errors, until a handle or a later call reports them.
+  std::deque<std::pair<std::shared_ptr<SaveJob>, absl::Status>> failed_ ABSL_GUARDED_BY(mu_);
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
   absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
 };

@@ -29,8 +29,12 @@ struct TensorView {
   size_t nbytes = 0;
   // Where `data` lives. For `kCuda`, `data` is device memory on
   // `device_index`, and `stream` is the caller's cudaStream_t (nullptr: the
-  // legacy default stream): the copy waits for work already queued on it, and
-  // work queued on it later waits for the copy.
+  // legacy default stream): the device-to-host copy runs on a side stream
+  // that first waits for the work already queued on `stream` (never for the
+  // whole device). The caller may overwrite the tensor once staging is done
+  // (after `SaveAsync` returns in eager mode, after `WaitStaged` in lazy
+  // mode), as for host tensors. In lazy mode the copy is queued from the
+  // staging thread, so `cudaStreamPerThread` must not be used there.
   enum class Device : uint8_t { kCpu, kCuda };
   Device device = Device::kCpu;
   int device_index = 0;

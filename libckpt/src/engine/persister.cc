@@ -26,7 +26,7 @@ uint64_t AlignUp(uint64_t n) { return (n + kRecordAlignment - 1) / kRecordAlignm
 
 }  // namespace
 
-Persister::Persister(PersisterContext context, std::function<void(SaveJob&)> on_done)
+Persister::Persister(PersisterContext context, DoneFn on_done)
     : ctx_(std::move(context)), on_done_(std::move(on_done)) {
   if (ctx_.delta.mode != DeltaOptions::Mode::kNone) {
     reference_ = std::make_unique<ReferenceState>(ctx_.delta.max_reference_bytes);
@@ -64,12 +64,14 @@ void Persister::Run() {
       if (jobs_.empty()) return;
       job = jobs_.front();
     }
-    Persist(*job);
+    SaveStats stats;
+    absl::Status status = Persist(*job, &stats);
     {
       MutexLock lock(&mu_);
       jobs_.pop_front();
     }
-    on_done_(*job);
+    on_done_(*job, status, stats);
+    job->Finish(std::move(status), std::move(stats));
   }
 }
 
@@ -292,7 +294,7 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
   return absl::OkStatus();
 }
 
-void Persister::Persist(SaveJob& job) {
+absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   const Clock::time_point persist_start = Clock::now();
   std::vector<std::unique_ptr<File>> files;
   Plan plan;
@@ -319,7 +321,8 @@ void Persister::Persist(SaveJob& job) {
   stats.seconds = SecondsSince(job.start_time);
   stats.persist_gbps = stats.persist_s > 0 ? stats.file_bytes / stats.persist_s / 1e9 : 0;
   stats.backend = ctx_.backend;
-  job.Finish(std::move(status), std::move(stats));
+  *out = std::move(stats);
+  return status;
 }
 
 }  // namespace ckpt::internal

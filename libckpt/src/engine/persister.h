@@ -36,8 +36,10 @@ struct PersisterContext {
 class Persister {
  public:
   // `on_done` runs on the persister thread after each save finished (any
-  // outcome), after its handle was completed.
-  Persister(PersisterContext context, std::function<void(SaveJob&)> on_done);
+  // outcome), just before its handle is completed: whoever returns from
+  // `Wait` sees the engine's bookkeeping already updated.
+  using DoneFn = std::function<void(SaveJob&, const absl::Status&, const SaveStats&)>;
+  Persister(PersisterContext context, DoneFn on_done);
   ~Persister();  // REQUIRES: `Stop` was called
 
   // Queues `job`; the persister starts on it once earlier jobs are done.
@@ -55,7 +57,8 @@ class Persister {
   };
 
   void Run();
-  void Persist(SaveJob& job);
+  // Writes and commits `job`; returns its outcome and figures.
+  absl::Status Persist(SaveJob& job, SaveStats* stats);
   bool ShouldWriteDelta(const SaveJob& job);
   // Writes the job's chunks as they are staged (encoding them when the plan
   // says so); returns once all are written or the first error.
@@ -67,7 +70,7 @@ class Persister {
   void UpdateReference(const SaveJob& job, const StagedChunk& chunk, const char* data);
 
   const PersisterContext ctx_;
-  const std::function<void(SaveJob&)> on_done_;
+  const DoneFn on_done_;
   std::atomic<bool> abandon_{false};
   std::unique_ptr<ReferenceState> reference_;  // persister thread only; null without deltas
   Mutex mu_;

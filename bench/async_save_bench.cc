@@ -1,0 +1,183 @@
+// async_save_bench: how long SaveAsync blocks a training loop, next to a
+// plain memcpy of the same bytes and to torch.save, and how fast the save
+// then reaches disk durably, next to fio — all measured in one run.
+//
+// A transformer-like state (--bytes over --tensors tensors, fp32 and bf16) is
+// allocated and pre-faulted once. The engine's first save is "cold" (it
+// allocates and pre-faults the staging pool) and reported apart; then
+// --saves steady-state saves each time SaveAsync (the blocked time) and the
+// commit (durable throughput). A second engine saves the same bytes split
+// into --small_tensors tensors, for the per-byte cost of many small tensors.
+// Prints JSON lines: {"bench": "async_save", ...} and
+// {"bench": "async_save", "case": "small_tensors", ...}.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "bench_common.h"
+#include "ckpt/catalog.h"
+#include "ckpt/engine.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, dir, "", "Directory to write under (required).");
+ABSL_FLAG(uint64_t, bytes, 1200ull << 20, "Total bytes of the state.");
+ABSL_FLAG(int, tensors, 150, "Tensors in the state.");
+ABSL_FLAG(int, small_tensors, 10000, "Tensors of the small-tensor case (same bytes); 0 skips it.");
+ABSL_FLAG(int, saves, 5, "Steady-state saves (after the cold one).");
+ABSL_FLAG(std::string, python, "/usr/bin/python3", "Interpreter with torch, for torch.save.");
+ABSL_FLAG(std::string, torch_script, "", "Path of bench/torch_save_baseline.py; empty skips it.");
+ABSL_FLAG(int, torch_reps, 3, "torch.save repetitions.");
+ABSL_FLAG(std::string, fio, "fio", "fio binary; empty skips fio.");
+
+namespace {
+
+using ckpt::bench::Clock;
+using ckpt::bench::Median;
+using ckpt::bench::SecondsSince;
+using Json = nlohmann::ordered_json;
+
+struct Run {
+  double cold_blocked_s = 0;
+  std::vector<double> blocked_s;
+  std::vector<double> durable_s;  // SaveAsync start -> committed
+  uint64_t file_bytes = 0;
+  std::string backend;
+};
+
+Run SaveRepeatedly(const std::string& root, const std::vector<ckpt::TensorView>& views, int saves,
+                  bool lazy = false, std::vector<double>* staged_s = nullptr) {
+  ckpt::EngineOptions options;
+  options.lazy_staging = lazy;
+  auto engine = ckpt::Engine::Open(root, options);
+  if (!engine.ok()) ckpt::bench::Die(std::string(engine.status().ToString()));
+  Run run;
+  run.backend = std::string((*engine)->backend());
+  for (int i = 0; i <= saves; ++i) {
+    const Clock::time_point start = Clock::now();
+    auto handle = (*engine)->SaveAsync(i, views);
+    const double blocked = SecondsSince(start);
+    if (!handle.ok()) ckpt::bench::Die(std::string(handle.status().ToString()));
+    if (staged_s != nullptr && i > 0) {
+      (void)(*handle)->WaitStaged();
+      staged_s->push_back(SecondsSince(start));
+    }
+    absl::Status durable = (*handle)->Wait();
+    const double total = SecondsSince(start);
+    if (!durable.ok()) ckpt::bench::Die(std::string(durable.ToString()));
+    run.file_bytes = (*handle)->stats().file_bytes;
+    if (i == 0) {
+      run.cold_blocked_s = blocked;
+    } else {
+      run.blocked_s.push_back(blocked);
+      run.durable_s.push_back(total);
+    }
+    ckpt::bench::Log("async_save", absl::StrCat("save ", i, ": blocked ", blocked, " s, durable ",
+                                                total, " s"));
+    if (i > 0) std::filesystem::remove_all(root + "/" + ckpt::StepDirName(i - 1));
+  }
+  return run;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  if (dir.empty()) ckpt::bench::Die("--dir is required");
+  std::filesystem::create_directories(dir);
+  const uint64_t bytes = absl::GetFlag(FLAGS_bytes);
+
+  ckpt::bench::State state = ckpt::bench::MakeTransformerState(bytes, absl::GetFlag(FLAGS_tensors));
+  const uint64_t state_bytes = state.bytes();
+  const double memcpy_s = ckpt::bench::MemcpySeconds(state_bytes);
+
+  Run large = SaveRepeatedly(dir + "/large", state.views, absl::GetFlag(FLAGS_saves));
+  const double blocked = Median(large.blocked_s);
+  const double durable = Median(large.durable_s);
+  const double persist_gbps = state_bytes / durable / 1e9;
+
+  ckpt::bench::FioResult fio;
+  if (!absl::GetFlag(FLAGS_fio).empty()) {
+    fio = ckpt::bench::RunFio(absl::GetFlag(FLAGS_fio), dir + "/fio", state_bytes, 1 << 20, 32,
+                              /*read=*/false);
+  }
+
+  // Lazy mode: SaveAsync returns at once; the copy overlaps the caller's
+  // next compute, which must only call WaitStaged before mutating tensors.
+  std::vector<double> lazy_staged;
+  Run lazy = SaveRepeatedly(dir + "/lazy", state.views, absl::GetFlag(FLAGS_saves), true,
+                            &lazy_staged);
+  const double lazy_blocked = Median(lazy.blocked_s);
+
+  std::vector<double> torch_s;
+  std::string torch_note;
+  if (!absl::GetFlag(FLAGS_torch_script).empty()) {
+    torch_s = ckpt::bench::TorchSaveSeconds(absl::GetFlag(FLAGS_python),
+                                            absl::GetFlag(FLAGS_torch_script), dir + "/torch",
+                                            state, absl::GetFlag(FLAGS_torch_reps), &torch_note);
+  }
+  const double torch_save = torch_s.empty() ? 0 : Median(torch_s);
+
+  Json line;
+  line["bench"] = "async_save";
+  line["bytes"] = state_bytes;
+  line["tensors"] = state.views.size();
+  line["backend"] = large.backend;
+  line["cold_blocked_s"] = ckpt::bench::Round(large.cold_blocked_s);
+  line["blocked_s"] = ckpt::bench::Round(blocked);
+  line["memcpy_s"] = ckpt::bench::Round(memcpy_s);
+  line["blocked_over_memcpy"] = ckpt::bench::Round(blocked / memcpy_s);
+  line["torch_save_s"] = torch_s.empty() ? Json() : Json(ckpt::bench::Round(torch_save));
+  line["torch_save_over_blocked"] = torch_s.empty() ? Json() : Json(ckpt::bench::Round(torch_save / blocked));
+  if (!torch_note.empty()) line["torch_note"] = torch_note;
+  line["lazy_blocked_s"] = lazy_blocked;
+  line["lazy_staged_s"] = ckpt::bench::Round(Median(lazy_staged));
+  line["torch_save_over_lazy_blocked"] =
+      torch_s.empty() || lazy_blocked <= 0 ? Json() : Json(std::round(torch_save / lazy_blocked));
+  line["durable_s"] = ckpt::bench::Round(durable);
+  line["persist_gbps"] = ckpt::bench::Round(persist_gbps);
+  line["fio_write_gbps"] = fio.gbps > 0 ? Json(ckpt::bench::Round(fio.gbps)) : Json();
+  line["persist_over_fio"] = fio.gbps > 0 ? Json(ckpt::bench::Round(persist_gbps / fio.gbps)) : Json();
+  Json series = Json::array();
+  for (double b : large.blocked_s) series.push_back(ckpt::bench::Round(b));
+  line["blocked_series_s"] = series;
+  Json torch_series = Json::array();
+  for (double t : torch_s) torch_series.push_back(ckpt::bench::Round(t));
+  line["torch_save_series_s"] = torch_series;
+  std::cout << line.dump() << std::endl;
+
+  const int small = absl::GetFlag(FLAGS_small_tensors);
+  if (small > 0) {
+    ckpt::bench::State many = ckpt::bench::MakeUniformState(state_bytes, small);
+    Run run = SaveRepeatedly(dir + "/small", many.views, std::max(2, absl::GetFlag(FLAGS_saves) / 2));
+    const double small_blocked = Median(run.blocked_s);
+    const double small_durable = Median(run.durable_s);
+    const double per_byte_large = durable / state_bytes;
+    const double per_byte_small = small_durable / many.bytes();
+    Json s;
+    s["bench"] = "async_save";
+    s["case"] = "small_tensors";
+    s["tensors"] = many.views.size();
+    s["bytes"] = many.bytes();
+    s["file_bytes"] = run.file_bytes;
+    s["blocked_s"] = ckpt::bench::Round(small_blocked);
+    s["durable_s"] = ckpt::bench::Round(small_durable);
+    s["large_tensors"] = state.views.size();
+    s["large_durable_s"] = ckpt::bench::Round(durable);
+    s["blocked_per_byte_over_large"] =
+        ckpt::bench::Round((small_blocked / many.bytes()) / (blocked / state_bytes));
+    s["per_byte_cost_over_large"] = ckpt::bench::Round(per_byte_small / per_byte_large);
+    std::cout << s.dump() << std::endl;
+  }
+  std::filesystem::remove_all(dir);
+  return 0;
+}

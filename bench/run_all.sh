@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# run_all.sh: the one entry point for every benchmark of ckpt.
+#
+#   bench/run_all.sh [--quick] [--only NAME[,NAME...]]
+#
+# Installs missing build dependencies (apt), builds a Release tree in
+# $CKPT_BUILD_DIR (default <repo>/build-bench), runs each bench and prints its
+# JSON lines on stdout; everything else goes to stderr. Data is written under
+# $CKPT_BENCH_DIR (default: a temp dir inside the build dir, i.e. on the same
+# disk), removed at the end unless CKPT_BENCH_KEEP=1.
+#
+# Adding a bench: add `ckpt_add_bench(NAME ...)` to bench/CMakeLists.txt, write
+# a `bench_NAME` function below (it gets the data dir as $1 and prints JSON
+# lines), and append NAME to BENCHES.
+set -euo pipefail
+
+BENCHES=(io async_save delta)
+
+# bench_io DATA_DIR: durable write and cold restore per I/O backend vs fio.
+bench_io() {
+  local args=(--dir="$1/io")
+  if ((QUICK)); then
+    args+=(--bytes=$((256 << 20)) --reps=3)
+  else
+    args+=(--bytes=$((1 << 30)) --reps=5)
+  fi
+  if ((KEEP)); then args+=(--keep); fi
+  "$BUILD_DIR/bench/io_bench" "${args[@]}"
+}
+
+# bench_async_save DATA_DIR: SaveAsync blocked time vs memcpy and torch.save;
+# durable throughput vs fio; many small tensors vs few large ones. Also draws
+# the blocked-time plot (matplotlib) and table into $CKPT_BENCH_OUT.
+bench_async_save() {
+  local args=(--dir="$1/async" --torch_script="$ROOT/bench/torch_save_baseline.py")
+  if ((QUICK)); then
+    args+=(--bytes=$((256 << 20)) --saves=3 --torch_reps=2)
+  else
+    args+=(--bytes=$((1200 << 20)) --saves=5 --torch_reps=3)
+  fi
+  "$BUILD_DIR/bench/async_save_bench" "${args[@]}" | tee "$1/async_save.jsonl"
+  /usr/bin/python3 "$ROOT/bench/plot_async_save.py" "$1/async_save.jsonl" \
+    "${CKPT_BENCH_OUT:-$BUILD_DIR/bench-results}" >&2 || log "plot skipped"
+}
+
+# bench_delta DATA_DIR: bytes per delta vs full, blocked and restore times.
+bench_delta() {
+  local args=(--dir="$1/delta")
+  if ((QUICK)); then
+    args+=(--bytes=$((256 << 20)) --chain=5 --fractions=0.01)
+  else
+    args+=(--bytes=$((1 << 30)) --chain=10)
+  fi
+  "$BUILD_DIR/bench/delta_bench" "${args[@]}"
+}
+
+# ---------------------------------------------------------------------------
+
+log() { echo "[run_all] $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+QUICK=0
+ONLY=""
+while (($#)); do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --only) shift; ONLY="${1:-}" ;;
+    --only=*) ONLY="${1#--only=}" ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
+    *) die "unknown argument: $1" ;;
+  esac
+  shift
+done
+if [[ -n "$ONLY" ]]; then
+  IFS=, read -r -a BENCHES <<<"$ONLY"
+fi
+for b in "${BENCHES[@]}"; do
+  declare -F "bench_$b" >/dev/null || die "no bench named '$b'"
+done
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${CKPT_BUILD_DIR:-$ROOT/build-bench}"
+KEEP="${CKPT_BENCH_KEEP:-0}"
+[[ "$KEEP" == 1 ]] || KEEP=0
+
+# Packages: checked with dpkg first, so a prepared machine pays nothing.
+PACKAGES=(fio cmake ninja-build g++ liburing-dev libzstd-dev libxxhash-dev libabsl-dev
+          libgtest-dev nlohmann-json3-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing: ${missing[*]}"
+  SUDO=""
+  ((EUID == 0)) || SUDO="sudo"
+  $SUDO apt-get update >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}" >&2
+fi
+
+log "building $BUILD_DIR (Release)"
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >&2
+cmake --build "$BUILD_DIR" -j2 --target ckpt_benches >&2
+
+if [[ -n "${CKPT_BENCH_DIR:-}" ]]; then
+  mkdir -p "$CKPT_BENCH_DIR"
+  DATA_DIR="$(mktemp -d "$CKPT_BENCH_DIR/run.XXXXXX")"
+else
+  DATA_DIR="$(mktemp -d "$BUILD_DIR/bench-data.XXXXXX")"
+fi
+FSTYPE="$(stat -f -c %T "$DATA_DIR")"
+log "data dir $DATA_DIR ($FSTYPE)"
+if [[ "$FSTYPE" == tmpfs ]]; then
+  log "warning: $DATA_DIR is tmpfs: data stays in memory, figures say nothing about a disk"
+fi
+
+cleanup() {
+  if ((KEEP)); then
+    log "kept checkpoints under $DATA_DIR"
+  else
+    rm -rf "$DATA_DIR"
+  fi
+}
+trap cleanup EXIT
+
+failed=()
+for b in "${BENCHES[@]}"; do
+  log "bench $b"
+  start=$SECONDS
+  if ! "bench_$b" "$DATA_DIR"; then
+    failed+=("$b")
+    log "bench $b FAILED"
+  fi
+  log "bench $b took $((SECONDS - start)) s"
+done
+if ((${#failed[@]})); then
+  die "failed: ${failed[*]}"
+fi

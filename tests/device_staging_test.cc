@@ -1,0 +1,326 @@
+// The device staging path without a GPU: a fake `DeviceCopier` whose copies
+// land only when waited for. Host memory stands in for device memory; the
+// stager must not read a staging chunk before its token was awaited, so every
+// queued copy first fills its destination with junk.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "ckpt/engine.h"
+#include "ckpt/reader.h"
+#include "gtest/gtest.h"
+#include "staging/device_copier.h"
+#include "test_util.h"
+
+namespace ckpt {
+namespace {
+
+using internal::DeviceCopier;
+using testing::OwnedTensor;
+using testing::RandomTensor;
+using testing::ScratchDir;
+
+// What the fake does, and what it saw. The factory is a plain function
+// pointer, so tests configure the fake through this global.
+struct FakeGpu {
+  int fail_copy_at = -1;   // the CopyAsync call (0-based) that fails
+  int fail_wait_at = -1;   // the WaitFor call (0-based) that fails
+  int copies_queued = 0;
+  int copies_landed = 0;
+  int copy_calls = 0;
+  int wait_calls = 0;
+  int copiers_made = 0;
+  std::vector<std::pair<int, void*>> callers;  // distinct (device, stream) seen
+};
+FakeGpu gpu;
+
+constexpr char kCopyFault[] = "fake copy engine: queue full";
+constexpr char kWaitFault[] = "fake copy engine: uncorrectable ECC error";
+constexpr uint8_t kJunk = 0xEE;
+
+class QueuedCopier final : public DeviceCopier {
+ public:
+  absl::Status CopyAsync(void* dst, const void* src, size_t n, int device,
+                         void* caller_stream) override {
+    if (gpu.copy_calls++ == gpu.fail_copy_at) return absl::InternalError(kCopyFault);
+    std::pair<int, void*> caller{device, caller_stream};
+    if (std::find(gpu.callers.begin(), gpu.callers.end(), caller) == gpu.callers.end()) {
+      gpu.callers.push_back(caller);
+    }
+    std::memset(dst, kJunk, n);  // undefined until the copy lands
+    queue_.push_back(Copy{dst, src, n, 0});
+    ++gpu.copies_queued;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<uint64_t> Record() override {
+    ++last_token_;
+    for (Copy& c : queue_) {
+      if (c.token == 0) c.token = last_token_;
+    }
+    return last_token_;
+  }
+
+  absl::Status WaitFor(uint64_t token) override {
+    if (gpu.wait_calls++ == gpu.fail_wait_at) return absl::DataLossError(kWaitFault);
+    EXPECT_LE(token, last_token_);
+    while (!queue_.empty() && queue_.front().token != 0 && queue_.front().token <= token) {
+      const Copy& c = queue_.front();
+      std::memcpy(c.dst, c.src, c.n);
+      ++gpu.copies_landed;
+      queue_.pop_front();
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Copy {
+    void* dst;
+    const void* src;
+    size_t n;
+    uint64_t token;  // 0 until a `Record()` covers it
+  };
+  std::deque<Copy> queue_;
+  uint64_t last_token_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<DeviceCopier>> MakeQueuedCopier() {
+  ++gpu.copiers_made;
+  return std::unique_ptr<DeviceCopier>(new QueuedCopier());
+}
+
+absl::StatusOr<std::unique_ptr<DeviceCopier>> MakeNoCopier() {
+  return absl::UnavailableError("cudaGetDeviceCount: no CUDA-capable device is detected");
+}
+
+void* const kStream = reinterpret_cast<void*>(0x5eed);
+
+// `t` as a view of "device" memory on device 1, stream `kStream`.
+TensorView OnDevice(const OwnedTensor& t) {
+  TensorView v = t.view();
+  v.device = TensorView::Device::kCuda;
+  v.device_index = 1;
+  v.stream = kStream;
+  return v;
+}
+
+std::vector<TensorView> AllOnDevice(const std::vector<OwnedTensor>& tensors) {
+  std::vector<TensorView> views;
+  for (const OwnedTensor& t : tensors) views.push_back(OnDevice(t));
+  return views;
+}
+
+EngineOptions SmallChunks() {
+  EngineOptions options;
+  options.io.chunk_bytes = 64 << 10;
+  options.shard_min_bytes = 64 << 10;
+  return options;
+}
+
+// Reads step `step` back: every byte and every stored checksum must match.
+void ExpectCheckpointEquals(const std::string& root, int64_t step,
+                            const std::vector<OwnedTensor>& want) {
+  ReaderOptions options;
+  options.step = step;
+  auto reader = Reader::Open(root, options);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE((*reader)->Verify().ok());
+  ASSERT_EQ((*reader)->tensors().size(), want.size());
+  for (const OwnedTensor& t : want) {
+    const TensorInfo* info = (*reader)->Find(t.name);
+    ASSERT_NE(info, nullptr) << t.name;
+    EXPECT_EQ(info->xxh3, XXH3_64bits(t.bytes.data(), t.bytes.size())) << t.name;
+    auto got = (*reader)->Read(t.name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->nbytes(), t.bytes.size()) << t.name;
+    EXPECT_EQ(0, std::memcmp(got->data(), t.bytes.data(), t.bytes.size())) << t.name;
+  }
+}
+
+void ExpectRootEmpty(const std::string& root) {
+  auto names = PosixFileSystem()->ListDir(root);
+  ASSERT_TRUE(names.ok()) << names.status();
+  for (const std::string& name : *names) ADD_FAILURE() << "left behind: " << name;
+}
+
+class DeviceStagingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpu = FakeGpu{};
+    internal::SetDeviceCopierFactoryForTesting(&MakeQueuedCopier);
+  }
+  void TearDown() override { internal::SetDeviceCopierFactoryForTesting(nullptr); }
+
+  ScratchDir dir_;
+  std::string root_ = dir_.Join("root");
+};
+
+// Several dtypes and sizes: empty, scalar, odd lengths, a few chunks.
+std::vector<OwnedTensor> VariedState(uint64_t seed) {
+  return {
+      RandomTensor("model.embed.weight", DType::kBFloat16, {300, 129}, seed + 1),
+      RandomTensor("model.empty", DType::kFloat32, {0, 7}, seed + 2),
+      RandomTensor("model.scale", DType::kFloat64, {}, seed + 3),
+      RandomTensor("model.mask", DType::kBool, {1001}, seed + 4),
+      RandomTensor("model.fc.weight", DType::kFloat32, {257, 311}, seed + 5),
+      RandomTensor("model.fc.index", DType::kInt64, {12345}, seed + 6),
+      RandomTensor("model.fc.bytes", DType::kUInt8, {3}, seed + 7),
+  };
+}
+
+TEST_F(DeviceStagingTest, DeviceTensorsRestoreExactlyWithRightHashes) {
+  std::vector<OwnedTensor> state = VariedState(10);
+  auto engine = Engine::Open(root_, SmallChunks());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto stats = (*engine)->Save(1, AllOnDevice(state));
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ExpectCheckpointEquals(root_, 1, state);
+  EXPECT_GT(gpu.copies_queued, 0);
+  EXPECT_EQ(gpu.copies_landed, gpu.copies_queued);
+  EXPECT_EQ(gpu.copiers_made, 1);
+  ASSERT_EQ(gpu.callers.size(), 1u);
+  EXPECT_EQ(gpu.callers[0], std::make_pair(1, kStream));
+}
+
+TEST_F(DeviceStagingTest, MixedHostAndDeviceTensorsInOneSave) {
+  std::vector<OwnedTensor> state = VariedState(20);
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < state.size(); ++i) {
+    views.push_back(i % 2 == 0 ? OnDevice(state[i]) : state[i].view());
+  }
+  auto engine = Engine::Open(root_, SmallChunks());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  for (int64_t step = 1; step <= 3; ++step) {
+    auto stats = (*engine)->Save(step, views);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    ExpectCheckpointEquals(root_, step, state);
+  }
+  EXPECT_EQ(gpu.copies_landed, gpu.copies_queued);
+  EXPECT_EQ(gpu.copiers_made, 1);  // one per engine, reused by every save
+}
+
+TEST_F(DeviceStagingTest, DeviceTensorsSpanningManyChunks) {
+  // ~4.3 MiB in 64 KiB chunks: dozens of chunks per tensor, and tensors
+  // starting and ending mid-chunk.
+  std::vector<OwnedTensor> state = {
+      RandomTensor("big.a", DType::kFloat32, {(1 << 18) + 3}, 31),
+      RandomTensor("big.b", DType::kUInt8, {(3 << 20) + 4097}, 32),
+      RandomTensor("big.c", DType::kBFloat16, {77777}, 33),
+  };
+  EngineOptions options = SmallChunks();
+  options.shard_min_bytes = 16 << 20;  // one shard: records share chunks
+  auto engine = Engine::Open(root_, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_TRUE((*engine)->Save(1, AllOnDevice(state)).ok());
+  ExpectCheckpointEquals(root_, 1, state);
+  EXPECT_GT(gpu.copies_queued, 60);
+  EXPECT_EQ(gpu.copies_landed, gpu.copies_queued);
+}
+
+TEST_F(DeviceStagingTest, DeviceTensorsStreamThroughAStagingPoolSmallerThanTheSave) {
+  std::vector<OwnedTensor> state = {
+      RandomTensor("big.a", DType::kFloat32, {1 << 18}, 41),
+      RandomTensor("big.b", DType::kFloat32, {1 << 17}, 42),
+  };
+  EngineOptions options = SmallChunks();
+  options.staging_bytes = 3 * options.io.chunk_bytes;  // fewer than the copies kept in flight
+  auto engine = Engine::Open(root_, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  for (int64_t step = 1; step <= 2; ++step) {
+    auto stats = (*engine)->Save(step, AllOnDevice(state));
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    ExpectCheckpointEquals(root_, step, state);
+  }
+  EXPECT_EQ(gpu.copies_landed, gpu.copies_queued);
+}
+
+TEST_F(DeviceStagingTest, LazyModeStagesDeviceTensorsInTheBackground) {
+  EngineOptions options = SmallChunks();
+  options.lazy_staging = true;
+  auto engine = Engine::Open(root_, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<OwnedTensor> state = VariedState(step * 100);
+    const std::vector<OwnedTensor> at_save = state;
+    auto handle = (*engine)->SaveAsync(step, AllOnDevice(state));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    ASSERT_TRUE((*handle)->WaitStaged().ok());
+    for (OwnedTensor& t : state) std::memset(t.bytes.data(), 0x5A, t.bytes.size());
+    ASSERT_TRUE((*handle)->Wait().ok());
+    ExpectCheckpointEquals(root_, step, at_save);
+  }
+  EXPECT_EQ(gpu.copies_landed, gpu.copies_queued);
+}
+
+TEST_F(DeviceStagingTest, HostOnlySavesNeverMakeACopier) {
+  std::vector<OwnedTensor> state = VariedState(50);
+  auto engine = Engine::Open(root_, SmallChunks());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_TRUE((*engine)->Save(1, testing::Views(state)).ok());
+  EXPECT_EQ(gpu.copiers_made, 0);
+}
+
+// A copier failure fails the save through its handle, with the copier's
+// message; nothing of the save stays on disk and the engine saves again.
+void ExpectCopierErrorFailsTheSave(const std::string& root, absl::string_view message) {
+  std::vector<OwnedTensor> state = {
+      RandomTensor("big.a", DType::kFloat32, {1 << 18}, 61),
+      RandomTensor("big.b", DType::kInt32, {100000}, 62),
+  };
+  auto engine = Engine::Open(root, SmallChunks());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto handle = (*engine)->SaveAsync(1, AllOnDevice(state));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::Status s = (*handle)->Wait();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(message), absl::string_view::npos) << s;
+  EXPECT_TRUE((*handle)->Done());
+  ExpectRootEmpty(root);
+  // Every queued copy was awaited before its chunk went back to the pool.
+  EXPECT_EQ(gpu.copies_landed, gpu.copies_queued);
+
+  gpu.fail_copy_at = gpu.fail_wait_at = -1;
+  ASSERT_TRUE((*engine)->Save(2, AllOnDevice(state)).ok());
+  ExpectCheckpointEquals(root, 2, state);
+}
+
+TEST_F(DeviceStagingTest, CopyAsyncErrorFailsTheSaveThroughTheHandle) {
+  gpu.fail_copy_at = 12;  // after several chunks were handed to the persister
+  ExpectCopierErrorFailsTheSave(root_, kCopyFault);
+}
+
+TEST_F(DeviceStagingTest, FirstCopyAsyncErrorFailsTheSaveThroughTheHandle) {
+  gpu.fail_copy_at = 0;
+  ExpectCopierErrorFailsTheSave(root_, kCopyFault);
+}
+
+TEST_F(DeviceStagingTest, WaitForErrorFailsTheSaveThroughTheHandle) {
+  gpu.fail_wait_at = 3;
+  ExpectCopierErrorFailsTheSave(root_, kWaitFault);
+}
+
+TEST_F(DeviceStagingTest, NoCopierFailsAtSaveAsyncNamingTheTensor) {
+  internal::SetDeviceCopierFactoryForTesting(&MakeNoCopier);
+  std::vector<OwnedTensor> state = VariedState(70);
+  std::vector<TensorView> views = testing::Views(state);
+  views[4] = OnDevice(state[4]);  // "model.fc.weight"
+  auto engine = Engine::Open(root_, SmallChunks());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto handle = (*engine)->SaveAsync(1, views);
+  ASSERT_FALSE(handle.ok());
+  EXPECT_EQ(handle.status().code(), absl::StatusCode::kFailedPrecondition) << handle.status();
+  EXPECT_NE(handle.status().message().find("\"model.fc.weight\""), absl::string_view::npos)
+      << handle.status();
+  EXPECT_NE(handle.status().message().find("no CUDA-capable device"), absl::string_view::npos)
+      << handle.status();
+  ExpectRootEmpty(root_);
+  // Host-only saves still work.
+  ASSERT_TRUE((*engine)->Save(1, testing::Views(state)).ok());
+  ExpectCheckpointEquals(root_, 1, state);
+}
+
+}  // namespace
+}  // namespace ckpt
