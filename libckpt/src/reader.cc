@@ -149,8 +149,12 @@ absl::Status ReaderImpl::EnsurePool() {
   // No more than the checkpoint could use: small checkpoints open fast.
   uint64_t largest = 0;
   for (const TensorInfo& t : manifest_.tensors) largest = std::max(largest, t.raw_bytes);
-  const uint64_t wanted = std::max<uint64_t>(2 * io_.chunk_bytes,
-                                             std::min<uint64_t>(io_.buffer_bytes, AlignUp(largest) * 2));
+  // At most 8 chunks: aligned targets only pass record tails through them,
+  // and pre-faulting more would cost the first read more than it saves.
+  const uint64_t wanted = std::max<uint64_t>(
+      2 * io_.chunk_bytes,
+      std::min({static_cast<uint64_t>(io_.buffer_bytes), AlignUp(largest) * 2,
+                static_cast<uint64_t>(8 * io_.chunk_bytes)}));
   CKPT_ASSIGN_OR_RETURN(ChunkPool pool, ChunkPool::Create(io_.chunk_bytes, wanted,
                                                           backend_.queue.get()));
   pool_.emplace(std::move(pool));
@@ -231,15 +235,7 @@ absl::Status ReaderImpl::ApplyDeltas(absl::string_view name, size_t base, char* 
 }
 
 absl::Status ReaderImpl::ReadCompressed(const std::string& dir, const TensorInfo& t, char* dst) {
-  CKPT_ASSIGN_OR_RETURN(File * file, GetFile(dir, t.shard));
-  const uint64_t length = file->direct() ? AlignUp(t.stored_bytes) : t.stored_bytes;
-  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(length, false));
-  {
-    IoExecutor io(backend_.queue.get(), io_.chunk_bytes);
-    CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, t.offset, stored.data(), length, 0, -1,
-                                  t.stored_bytes));
-    CKPT_RETURN_IF_ERROR(io.Drain());
-  }
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStored(dir, t));
   const std::string where = absl::StrCat("tensor \"", t.name, "\" in shard ",
                                          JoinPath(dir, t.shard), " at offset ", t.offset);
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
