@@ -237,6 +237,37 @@ TEST_F(CkptRestoreTest, ListJsonParses) {
   }
 }
 
+TEST_F(CkptRestoreTest, ListShowsDeltaBaseAndLossyBound) {
+  EngineOptions options;
+  options.delta.mode = DeltaOptions::Mode::kTopK;
+  options.delta.topk_ratio = 0.1;
+  auto engine = Engine::Open(root_, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<float> w(1000);
+  for (int i = 0; i < 1000; ++i) w[i] = static_cast<float>(i);
+  std::vector<TensorView> views = {{"m.w", DType::kFloat32, {1000}, w.data(), w.size() * 4}};
+  ASSERT_TRUE((*engine)->Save(1, views).ok());
+  for (int i = 0; i < 1000; ++i) w[i] += 0.5f + i * 1e-3f;
+  ASSERT_TRUE((*engine)->Save(2, views).ok());
+  RunResult r = Run({"--root", root_, "--list", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r;
+  const Json full = Json::parse(lines[0]);
+  const Json delta = Json::parse(lines[1]);
+  EXPECT_EQ(full["kind"], "full");
+  EXPECT_EQ(full["exact"], true);
+  EXPECT_EQ(delta["kind"], "delta");
+  EXPECT_EQ(delta["base_step"], 1);
+  EXPECT_EQ(delta["exact"], false);
+  EXPECT_GT(delta["error_bound"].get<double>(), 0.0);
+  r = Run({"--root", root_, "--list"});
+  EXPECT_NE(r.out.find("delta of 1"), std::string::npos) << r;
+  EXPECT_NE(r.out.find("lossy <="), std::string::npos) << r;
+  r = Run({"--root", root_, "--latest", "--verify"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+}
+
 TEST_F(CkptRestoreTest, VerifyPassesOnGoodData) {
   Save({100, 200, 300});
   RunResult r = Run({"--root", root_, "--verify"});

@@ -188,6 +188,9 @@ int RunList(const RestoreRequest& request, std::ostream& out, std::ostream& err)
       const bool ok = s.manifest_status.ok();
       PrintJson(out, {{"step", s.step},
                       {"kind", s.kind},
+                      {"base_step", s.kind == "delta" ? Json(s.base_step) : Json(nullptr)},
+                      {"exact", s.delta_mode != "topk"},
+                      {"error_bound", s.max_error_bound},
                       {"file_bytes", s.file_bytes},
                       {"tensor_bytes", s.tensor_bytes},
                       {"tensor_count", s.tensor_count},
@@ -200,12 +203,16 @@ int RunList(const RestoreRequest& request, std::ostream& out, std::ostream& err)
     }
     return kExitOk;
   }
-  Table table({"STEP", "KIND", "SIZE", "TENSORS", "SHARDS", "CREATED (UTC)", "MANIFEST"},
-              {true, false, true, true, true, false, false});
+  Table table({"STEP", "KIND", "EXACT", "SIZE", "TENSORS", "SHARDS", "CREATED (UTC)", "MANIFEST"},
+              {true, false, false, true, true, true, false, false});
   for (const CheckpointSummary& s : *summaries) {
     const bool ok = s.manifest_status.ok();
-    table.AddRow({absl::StrCat(s.step, latest == s.step ? "*" : ""), ok ? s.kind : "-",
-                  ok ? HumanBytes(s.file_bytes) : "-", ok ? absl::StrCat(s.tensor_count) : "-",
+    const std::string kind = s.kind == "delta" ? absl::StrCat("delta of ", s.base_step) : s.kind;
+    const std::string exact = s.delta_mode == "topk"
+                                  ? absl::StrFormat("lossy <= %.3g", s.max_error_bound)
+                                  : "exact";
+    table.AddRow({absl::StrCat(s.step, latest == s.step ? "*" : ""), ok ? kind : "-",
+                  ok ? exact : "-", ok ? HumanBytes(s.file_bytes) : "-", ok ? absl::StrCat(s.tensor_count) : "-",
                   ok ? absl::StrCat(s.shard_count) : "-", ok ? FormatUtc(s.created_unix_ns) : "-",
                   ok ? "ok" : absl::StrCat("DAMAGED: ", StatusText(s.manifest_status))});
   }
