@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config liburing-dev libzstd-dev libxxhash-dev libabsl-dev
-          libgtest-dev libgmock-dev nlohmann-json3-dev fio)
+          libgtest-dev libgmock-dev nlohmann-json3-dev fio
+          libtorch-dev python3-torch python3-pytest python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
