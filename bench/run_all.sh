@@ -14,7 +14,7 @@
 # lines), and append NAME to BENCHES.
 set -euo pipefail
 
-BENCHES=(io async_save delta)
+BENCHES=(io async_save delta torch_api)
 
 # bench_io DATA_DIR: durable write and cold restore per I/O backend vs fio.
 bench_io() {
@@ -52,6 +52,16 @@ bench_delta() {
     args+=(--bytes=$((1 << 30)) --chain=10)
   fi
   "$BUILD_DIR/bench/delta_bench" "${args[@]}"
+}
+
+# bench_torch_api DATA_DIR: the same state through the Python API: blocked
+# time vs torch.save and vs copy_ into pre-allocated tensors (eager and lazy).
+bench_torch_api() {
+  local args=(--dir="$1/torch_api")
+  ((QUICK)) && args+=(--quick)
+  ((KEEP)) && args+=(--keep)
+  PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
+    /usr/bin/python3 "$ROOT/bench/torch_api_bench.py" "${args[@]}"
 }
 
 # ---------------------------------------------------------------------------

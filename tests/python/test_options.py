@@ -1,0 +1,50 @@
+"""Checkpointer options reach the engine: compression, top-k deltas, skip when busy."""
+import pytest
+import torch
+
+import ckpt
+
+
+def test_compression_round_trips(root):
+    state = {"zeros": torch.zeros(1 << 20), "ramp": torch.arange(1 << 16, dtype=torch.int64)}
+    with ckpt.Checkpointer(root, compression=3) as cp:
+        stats = cp.save(1, state)
+    assert stats["file_bytes"] < stats["tensor_bytes"] // 4
+    got = ckpt.load(root)
+    assert torch.equal(got["zeros"], state["zeros"]) and torch.equal(got["ramp"], state["ramp"])
+
+
+def test_topk_deltas_stay_within_their_recorded_bound(root):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(10000, generator=g)
+    saved = {}
+    with ckpt.Checkpointer(root, delta="topk", topk_ratio=0.05, full_every=4) as cp:
+        for step in range(1, 5):
+            w += 0.01 * torch.randn(10000, generator=g)
+            saved[step] = w.clone()
+            cp.save(step, {"w": w})
+    for step, want in saved.items():
+        info = ckpt.describe(root, step)
+        bound = next(t["error_bound"] for t in info["tensors"] if t["name"] == "w")
+        got = ckpt.load(root, step=step)["w"]
+        assert (got - want).abs().max().item() <= bound + 1e-6, f"step {step}"
+
+
+def test_invalid_option_values_are_refused(root):
+    with pytest.raises((ValueError, ckpt.CheckpointError)):
+        ckpt.Checkpointer(root, compression=99)
+    with pytest.raises(ValueError, match="staging_bytes"):
+        ckpt.Checkpointer(root, staging_bytes=-1)
+    with pytest.raises(ValueError, match="unknown engine option"):
+        ckpt.Checkpointer(root, colour="blue")
+
+
+def test_skip_when_busy_reports_skipped_saves(root):
+    state = {"x": torch.randn(8 << 20)}
+    with ckpt.Checkpointer(root, when_busy="skip", staging_bytes=40 << 20) as cp:
+        responses = [cp.save_async(step, state) for step in range(1, 6)]
+        results = [r.result() for r in responses]
+    skipped = [r["step"] for r in results if r["skipped"]]
+    committed = ckpt.list_steps(root)
+    assert committed and set(committed).isdisjoint(skipped)
+    assert sorted(committed + skipped) == [1, 2, 3, 4, 5]

@@ -1,0 +1,109 @@
+"""Tensors of every dtype, layout and size round trip, in new tensors and in place."""
+import pytest
+import torch
+
+import ckpt
+from training import assert_same_tree
+
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def sample(dtype, shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 100).to(dtype)
+    info = torch.iinfo(dtype)
+    return torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def roundtrip(root, state, **kw):
+    with ckpt.Checkpointer(root, **kw) as cp:
+        cp.save(1, state)
+    return ckpt.load(root)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dtypes(root, dtype):
+    state = {"x": sample(dtype, (37, 5)), "scalar": sample(dtype, ()), "empty": sample(dtype, (0, 3))}
+    got = roundtrip(root, state)
+    assert_same_tree(state, got)
+
+
+def test_special_float_values_keep_their_bits(root):
+    x = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-45, 3.4e38])
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        got = roundtrip(f"{root}-{dtype}", {"x": x.to(dtype)})
+        assert_same_tree({"x": x.to(dtype)}, got)
+
+
+def test_non_contiguous_tensors(root):
+    base = sample(torch.float32, (6, 8, 10))
+    state = {"t": base.transpose(0, 2), "stepped": base[::2, 1::3, :], "expanded": torch.ones(3, 1).expand(3, 5),
+             "permuted_bf16": base.to(torch.bfloat16).permute(2, 0, 1), "diag": base[0].diagonal()}
+    expected = {k: v.clone() for k, v in state.items()}
+    got = roundtrip(root, state)
+    assert_same_tree(expected, got)
+    for v in got.values():
+        assert v.is_contiguous()
+
+
+def test_zero_size_tensors(root):
+    state = {"a": torch.empty(0), "b": torch.empty(4, 0, 2, dtype=torch.int64), "c": torch.empty(0, dtype=torch.bool),
+             "d": torch.zeros(2, 2)}
+    got = roundtrip(root, state, delta="exact")
+    assert_same_tree(state, got)
+
+
+def test_views_sharing_storage(root):
+    """Each view is saved as its own tensor: values round trip, and on load the
+    views no longer share storage (documented in docs/python.md)."""
+    base = torch.arange(24, dtype=torch.float32)
+    state = {"base": base, "head": base[:6], "grid": base.view(4, 6), "col": base.view(4, 6)[:, 2],
+             "same": base, "tied": [base, base]}
+    got = roundtrip(root, state)
+    assert_same_tree({k: (v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
+                      for k, v in state.items()}, got)
+    got["base"][0] = 100.0
+    assert got["head"][0] == 0.0 and got["same"][0] == 0.0
+
+
+def test_load_into_existing_tensors(root):
+    state = {"w": sample(torch.float32, (8, 4)), "h": sample(torch.float16, (3,)),
+             "n": sample(torch.int64, (2, 2)), "only_saved": sample(torch.bfloat16, (5,)), "k": 3}
+    with ckpt.Checkpointer(root) as cp:
+        cp.save(1, state)
+    w = torch.zeros(8, 4)
+    h_storage = torch.zeros(6, dtype=torch.float16)
+    h = h_storage[::2]  # a strided destination
+    n = torch.zeros(2, 2, dtype=torch.int64).t()
+    got = ckpt.load(root, into={"w": w, "h": h, "n": n, "k": 0})
+    assert got["w"] is w and got["h"] is h and got["n"] is n
+    assert torch.equal(w, state["w"]) and torch.equal(h, state["h"]) and torch.equal(n, state["n"])
+    assert torch.equal(h_storage[1::2], torch.zeros(3, dtype=torch.float16))
+    assert torch.equal(got["only_saved"], state["only_saved"]) and got["k"] == 3
+    with pytest.raises(ValueError, match="shape"):
+        ckpt.load(root, into={"w": torch.zeros(4, 8)})
+    with pytest.raises(TypeError, match="float32"):
+        ckpt.load(root, into={"w": torch.zeros(8, 4, dtype=torch.float64)})
+
+
+def test_requires_grad_parameters_are_saved_and_loaded_into(root):
+    lin = torch.nn.Linear(3, 2)
+    with ckpt.Checkpointer(root) as cp:
+        cp.save(1, {"w": lin.weight, "params": list(lin.parameters())})
+    fresh = torch.nn.Linear(3, 2)
+    ckpt.load(root, into={"w": fresh.weight})
+    assert torch.equal(fresh.weight, lin.weight) and fresh.weight.requires_grad
+
+
+def test_unsupported_tensors_are_refused(root):
+    cp = ckpt.Checkpointer(root)
+    with pytest.raises(TypeError, match="complex"):
+        cp.save_async(1, {"c": torch.ones(2, dtype=torch.complex64)})
+    with pytest.raises(TypeError, match="sparse|strided"):
+        cp.save_async(1, {"s": torch.eye(3).to_sparse()})
+    cp.close()
+    assert ckpt.list_steps(root) == []

@@ -1,0 +1,31 @@
+"""ckpt: asynchronous, verified checkpoints of PyTorch training state.
+
+    import ckpt
+    with ckpt.Checkpointer("/ckpt/run1", delta="exact") as cp:
+        resp = cp.save_async(step, {"model": model.state_dict(),
+                                    "optim": optimizer.state_dict(), "step": step})
+        ...
+    state = ckpt.load("/ckpt/run1")          # newest checkpoint that verifies
+    model.load_state_dict(state["model"])
+
+See docs/python.md. The work is done by the C++ library through the LibTorch
+extension `torch.ops.ckpt` (loaded on import); this package only walks the
+state and turns non-tensor values into JSON (nothing is pickled).
+"""
+from . import _lib
+
+_lib.load()
+
+from .checkpointer import AsyncSaveResponse, Checkpointer  # noqa: E402
+from .errors import CheckpointError, CheckpointNotFoundError, CorruptCheckpointError  # noqa: E402
+from .loading import SkippedCheckpointWarning, describe, list_steps, load, verify  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["Checkpointer", "AsyncSaveResponse", "load", "list_steps", "describe", "verify",
+           "CheckpointError", "CheckpointNotFoundError", "CorruptCheckpointError",
+           "SkippedCheckpointWarning", "library_path"]
+
+
+def library_path():
+    """Where the LibTorch extension was loaded from."""
+    return _lib.load()

@@ -1,0 +1,198 @@
+#include "engine_class.h"
+
+#include <span>
+#include <utility>
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "tensor_convert.h"
+#include "torch_status.h"
+
+namespace ckpt::torch_ext {
+namespace {
+
+using nlohmann::json;
+
+// `Get<T>` reads member `key` of `obj` into `*out` if present; ValueError if
+// it has the wrong type.
+template <typename T>
+void Get(const json& obj, const char* key, T* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return;
+  try {
+    *out = it->get<T>();
+  } catch (const json::exception& e) {
+    TORCH_CHECK_VALUE(false, "ckpt: engine option \"", key, "\": ", e.what());
+  }
+}
+
+// `Choice` maps member `key` (a string among `names`) to its value.
+template <typename E>
+void GetChoice(const json& obj, const char* key,
+               std::initializer_list<std::pair<const char*, E>> names, E* out) {
+  std::string text;
+  Get(obj, key, &text);
+  if (text.empty()) return;
+  std::string allowed;
+  for (const auto& [name, value] : names) {
+    if (text == name) {
+      *out = value;
+      return;
+    }
+    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", "\"", name, "\"");
+  }
+  TORCH_CHECK_VALUE(false, "ckpt: engine option \"", key, "\" is \"", text, "\"; expected one of ",
+                    allowed);
+}
+
+json StatsToJson(const SaveStats& s) {
+  return json{{"step", s.step},
+              {"dir", s.dir},
+              {"skipped", s.skipped},
+              {"kind", s.kind},
+              {"tensor_bytes", s.tensor_bytes},
+              {"file_bytes", s.file_bytes},
+              {"tensor_count", s.tensor_count},
+              {"shard_count", s.shard_count},
+              {"blocked_s", s.blocked_s},
+              {"staging_s", s.staging_s},
+              {"staging_wait_s", s.staging_wait_s},
+              {"persist_s", s.persist_s},
+              {"seconds", s.seconds},
+              {"persist_gbps", s.persist_gbps},
+              {"backend", s.backend}};
+}
+
+}  // namespace
+
+EngineOptions ParseEngineOptions(const std::string& options_json) {
+  json obj = json::parse(options_json, nullptr, /*allow_exceptions=*/false);
+  TORCH_CHECK_VALUE(obj.is_object(), "ckpt: engine options must be a JSON object, got: ",
+                    options_json);
+  static const char* const kKnown[] = {
+      "delta",      "topk_ratio", "full_every", "lazy",        "staging_bytes",      "compression_level",
+      "when_busy", "io_backend", "direct_io",  "create_root", "metrics_jsonl_path"};
+  for (const auto& item : obj.items()) {
+    bool known = false;
+    for (const char* k : kKnown) known = known || item.key() == k;
+    TORCH_CHECK_VALUE(known, "ckpt: unknown engine option \"", item.key(), "\"");
+  }
+  EngineOptions options;
+  GetChoice<DeltaOptions::Mode>(obj, "delta",
+                                {{"none", DeltaOptions::Mode::kNone},
+                                 {"exact", DeltaOptions::Mode::kExact},
+                                 {"topk", DeltaOptions::Mode::kTopK}},
+                                &options.delta.mode);
+  Get(obj, "topk_ratio", &options.delta.topk_ratio);
+  Get(obj, "full_every", &options.delta.full_every);
+  Get(obj, "lazy", &options.lazy_staging);
+  int64_t staging_bytes = 0;
+  Get(obj, "staging_bytes", &staging_bytes);
+  TORCH_CHECK_VALUE(staging_bytes >= 0, "ckpt: engine option \"staging_bytes\" is negative");
+  options.staging_bytes = static_cast<size_t>(staging_bytes);
+  Get(obj, "compression_level", &options.compression_level);
+  GetChoice<EngineOptions::BusyPolicy>(
+      obj, "when_busy",
+      {{"wait", EngineOptions::BusyPolicy::kWait}, {"skip", EngineOptions::BusyPolicy::kSkip}},
+      &options.when_busy);
+  GetChoice<IoBackend>(obj, "io_backend",
+                       {{"auto", IoBackend::kAuto},
+                        {"uring", IoBackend::kUring},
+                        {"threads", IoBackend::kThreads}},
+                       &options.io.backend);
+  GetChoice<DirectIoMode>(
+      obj, "direct_io",
+      {{"auto", DirectIoMode::kAuto}, {"on", DirectIoMode::kOn}, {"off", DirectIoMode::kOff}},
+      &options.io.direct);
+  Get(obj, "create_root", &options.create_root);
+  Get(obj, "metrics_jsonl_path", &options.metrics_jsonl_path);
+  return options;
+}
+
+SaveHandleHolder::SaveHandleHolder(std::shared_ptr<SaveHandle> handle,
+                                   std::vector<at::Tensor> inputs)
+    : handle_(std::move(handle)), inputs_(std::move(inputs)) {}
+
+SaveHandleHolder::~SaveHandleHolder() {
+  // The library may still be reading the inputs (lazy staging, device
+  // copies): wait for that before they can be freed. Its error, if any,
+  // stays with the save and surfaces through the engine.
+  bool held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held = !inputs_.empty();
+  }
+  if (held) (void)handle_->WaitStaged();
+}
+
+void SaveHandleHolder::ReleaseInputs() {
+  std::vector<at::Tensor> dropped;
+  std::lock_guard<std::mutex> lock(mu_);
+  dropped.swap(inputs_);
+}
+
+void SaveHandleHolder::WaitStaged() {
+  absl::Status status = handle_->WaitStaged();
+  ReleaseInputs();  // staged or failed: the library no longer reads them
+  ThrowIfError(status, "ckpt: ");  // the library's message names the step
+}
+
+void SaveHandleHolder::Wait() {
+  absl::Status status = handle_->Wait();
+  ReleaseInputs();
+  ThrowIfError(status, "ckpt: ");
+}
+
+bool SaveHandleHolder::Done() {
+  const bool done = handle_->Done();
+  if (done) ReleaseInputs();
+  return done;
+}
+
+std::string SaveHandleHolder::StatsJson() const { return StatsToJson(handle_->stats()).dump(); }
+
+EngineHolder::EngineHolder(const std::string& root, const std::string& options_json) {
+  EngineOptions options = ParseEngineOptions(options_json);
+  lazy_ = options.lazy_staging;
+  auto engine = Engine::Open(root, options);
+  ThrowIfError(engine.status(), absl::StrCat("ckpt: open ", root, ": "));
+  engine_ = std::move(*engine);
+}
+
+c10::intrusive_ptr<SaveHandleHolder> EngineHolder::SaveAsync(
+    int64_t step, const std::vector<std::string>& names, at::TensorList tensors,
+    const std::string& extras_json) {
+  SaveInputs in = MakeSaveInputs(names, tensors);
+  auto handle = engine_->SaveAsync(step, std::span<const TensorView>(in.views), extras_json);
+  ThrowIfError(handle.status(), absl::StrCat("ckpt: save of step ", step, ": "));
+  // Eager staging of host tensors is finished: nothing needs to stay alive.
+  // Otherwise (lazy, or device copies queued) the handle keeps the inputs.
+  if (!lazy_ && !in.any_device) in.owners.clear();
+  return c10::make_intrusive<SaveHandleHolder>(std::move(*handle), std::move(in.owners));
+}
+
+void EngineHolder::Close(bool cancel) {
+  ThrowIfError(engine_->Close(cancel ? Engine::CloseMode::kCancel : Engine::CloseMode::kWait),
+               "ckpt: close: ");
+}
+
+std::string EngineHolder::StatsJson() const {
+  EngineStats s = engine_->stats();
+  json out{{"saves_started", s.saves_started},
+           {"saves_committed", s.saves_committed},
+           {"saves_failed", s.saves_failed},
+           {"saves_skipped", s.saves_skipped},
+           {"bytes_committed", s.bytes_committed},
+           {"watchdog_stalls", s.watchdog_stalls},
+           {"saves_in_flight", s.saves_in_flight},
+           {"staging_bytes", s.staging_bytes},
+           {"staging_bytes_free", s.staging_bytes_free},
+           {"staging_memory", s.staging_memory},
+           {"backend", std::string(engine_->backend())},
+           {"last", StatsToJson(s.last)}};
+  return out.dump();
+}
+
+}  // namespace ckpt::torch_ext

@@ -1,0 +1,85 @@
+// engine_class.h: the TorchScript custom classes `torch.classes.ckpt.Engine`
+// and `torch.classes.ckpt.SaveHandle`, thin holders of ckpt::Engine and
+// ckpt::SaveHandle.
+#ifndef CKPT_TORCH_EXT_ENGINE_CLASS_H_
+#define CKPT_TORCH_EXT_ENGINE_CLASS_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/custom_class.h>
+
+#include "ckpt/engine.h"
+#include "ckpt/options.h"
+
+namespace ckpt::torch_ext {
+
+// `ParseEngineOptions` reads the options object given to `Engine(root,
+// options_json)`. Members (all optional):
+//   "delta": "none" | "exact" | "topk",  "topk_ratio": float,  "full_every": int,
+//   "lazy": bool,  "staging_bytes": int,  "compression_level": int (0 = off),
+//   "when_busy": "wait" | "skip",  "io_backend": "auto" | "uring" | "threads",
+//   "direct_io": "auto" | "on" | "off",  "metrics_jsonl_path": str,
+//   "create_root": bool.
+// Throws ValueError for an unknown member or a value of the wrong type.
+EngineOptions ParseEngineOptions(const std::string& options_json);
+
+// `SaveHandleHolder` is one save in flight. It keeps the tensors the save
+// reads alive until their bytes are staged: it lets go of them once
+// `wait_staged`, `wait` or `done` saw staging finish, and its destructor
+// waits for staging first if nobody did. Thread-safe.
+class SaveHandleHolder : public torch::CustomClassHolder {
+ public:
+  SaveHandleHolder(std::shared_ptr<SaveHandle> handle, std::vector<at::Tensor> inputs);
+  ~SaveHandleHolder() override;
+
+  int64_t step() const { return handle_->step(); }
+  // Raise the save's error (as the library words it), else return.
+  void WaitStaged();
+  void Wait();
+  bool Done();
+  bool Skipped() const { return handle_->skipped(); }
+  // SaveStats as a JSON object (complete once `Done()`).
+  std::string StatsJson() const;
+
+ private:
+  void ReleaseInputs();
+
+  std::shared_ptr<SaveHandle> handle_;
+  std::mutex mu_;
+  std::vector<at::Tensor> inputs_;  // GUARDED_BY(mu_)
+};
+
+// `EngineHolder` owns one ckpt::Engine.
+class EngineHolder : public torch::CustomClassHolder {
+ public:
+  // Throws if `ckpt::Engine::Open` fails or the options do not parse.
+  EngineHolder(const std::string& root, const std::string& options_json);
+  // Waits for saves in flight (errors nobody collected are logged by the library).
+  ~EngineHolder() override = default;
+
+  // `torch.ops.ckpt.save_async`: see ops.cc.
+  c10::intrusive_ptr<SaveHandleHolder> SaveAsync(int64_t step, const std::vector<std::string>& names,
+                                                 at::TensorList tensors,
+                                                 const std::string& extras_json);
+  // Stops the engine (waiting for, or with `cancel` abandoning, saves in
+  // flight); raises the first background error no handle reported.
+  void Close(bool cancel);
+  // EngineStats as a JSON object.
+  std::string StatsJson() const;
+  std::string root() const { return engine_->root(); }
+  std::string backend() const { return std::string(engine_->backend()); }
+  bool lazy() const { return lazy_; }
+
+ private:
+  std::unique_ptr<Engine> engine_;
+  bool lazy_ = false;
+};
+
+}  // namespace ckpt::torch_ext
+
+#endif  // CKPT_TORCH_EXT_ENGINE_CLASS_H_

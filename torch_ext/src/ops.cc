@@ -1,0 +1,83 @@
+// ops.cc: registers the `ckpt` TorchScript library.
+//
+//   torch.ops.load_library(".../_ckpt_torch.so")
+//   engine = torch.classes.ckpt.Engine("/ckpt/run1", '{"delta": "exact"}')
+//   h = torch.ops.ckpt.save_async(engine, 100, ["w"], [w], '{"epoch": 3}')
+//   h.wait_staged()      # `w` may be mutated now (returns at once unless lazy)
+//   h.wait()             # committed and durable, or raises the library's error
+//   step, names, tensors, extras, skipped = torch.ops.ckpt.read(root, None)
+//
+// Schemas are written out here; the kernels (engine_class.cc, read_ops.cc)
+// only convert types and call the library. Errors are c10 exceptions that
+// carry the library's message: ValueError for invalid arguments, RuntimeError
+// otherwise.
+#include <torch/custom_class.h>
+#include <torch/library.h>
+
+#include "engine_class.h"
+#include "read_ops.h"
+
+namespace ckpt::torch_ext {
+namespace {
+
+// `int?` arrives as c10::optional (a distinct type before LibTorch 2.x).
+std::optional<int64_t> Step(const c10::optional<int64_t>& step) {
+  return step.has_value() ? std::optional<int64_t>(*step) : std::nullopt;
+}
+
+c10::intrusive_ptr<SaveHandleHolder> SaveAsyncOp(const c10::intrusive_ptr<EngineHolder>& engine,
+                                                 int64_t step, std::vector<std::string> names,
+                                                 at::TensorList tensors, std::string extras_json) {
+  return engine->SaveAsync(step, names, tensors, extras_json);
+}
+
+ReadResult ReadOp(std::string root, c10::optional<int64_t> step) { return ReadStep(root, Step(step)); }
+
+std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoOp(
+    std::string root, c10::optional<int64_t> step, std::vector<std::string> names,
+    at::TensorList tensors) {
+  return ReadIntoStep(root, Step(step), names, tensors);
+}
+
+std::vector<int64_t> ListStepsOp(std::string root) { return ListSteps(root); }
+
+std::string DescribeOp(std::string root, c10::optional<int64_t> step) {
+  return DescribeStep(root, Step(step));
+}
+
+void VerifyOp(std::string root, int64_t step) { VerifyStep(root, step); }
+
+}  // namespace
+}  // namespace ckpt::torch_ext
+
+TORCH_LIBRARY(ckpt, m) {
+  using namespace ckpt::torch_ext;
+  m.class_<SaveHandleHolder>("SaveHandle")
+      .def("step", &SaveHandleHolder::step)
+      .def("wait_staged", &SaveHandleHolder::WaitStaged)
+      .def("wait", &SaveHandleHolder::Wait)
+      .def("done", &SaveHandleHolder::Done)
+      .def("skipped", &SaveHandleHolder::Skipped)
+      .def("stats_json", &SaveHandleHolder::StatsJson);
+
+  m.class_<EngineHolder>("Engine")
+      .def(torch::init<std::string, std::string>(), "",
+           {torch::arg("root"), torch::arg("options_json") = "{}"})
+      .def("close", &EngineHolder::Close, "", {torch::arg("cancel") = false})
+      .def("stats_json", &EngineHolder::StatsJson)
+      .def("root", &EngineHolder::root)
+      .def("backend", &EngineHolder::backend)
+      .def("lazy", &EngineHolder::lazy);
+
+  m.def(
+      "save_async(__torch__.torch.classes.ckpt.Engine engine, int step, str[] names, "
+      "Tensor[] tensors, str extras_json=\"{}\") -> __torch__.torch.classes.ckpt.SaveHandle",
+      SaveAsyncOp);
+  m.def("read(str root, int? step=None) -> (int, str[], Tensor[], str, str[])", ReadOp);
+  m.def(
+      "read_into(str root, int? step, str[] names, Tensor[](a!) tensors) -> (int, str, str[])",
+      ReadIntoOp);
+  m.def("list_steps(str root) -> int[]", ListStepsOp);
+  m.def("describe(str root, int? step=None) -> str", DescribeOp);
+  m.def("verify(str root, int step) -> ()", VerifyOp);
+}

@@ -1,0 +1,168 @@
+#include "read_ops.h"
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ckpt/catalog.h"
+#include "ckpt/reader.h"
+#include "tensor_convert.h"
+#include "torch_status.h"
+
+namespace ckpt::torch_ext {
+namespace {
+
+// `ReadFn` does the reading once a checkpoint is open. A library error means
+// "this checkpoint does not read back"; invalid requests throw instead.
+using ReadFn = std::function<absl::Status(Reader&)>;
+
+std::unique_ptr<Reader> OpenOrThrow(const std::string& root, std::optional<int64_t> step) {
+  ReaderOptions options;
+  options.step = step;
+  auto reader = Reader::Open(root, options);
+  ThrowIfError(reader.status(), absl::StrCat("ckpt: load from ", root, ": "));
+  return std::move(*reader);
+}
+
+// Runs `fn` on checkpoint `step`, or (no step / negative) on the newest one
+// for which it succeeds, recording each newer one it skipped and why.
+// Returns the step read.
+int64_t ReadNewest(const std::string& root, std::optional<int64_t> step, const ReadFn& fn,
+                   std::vector<std::string>* skipped) {
+  if (step.has_value() && *step >= 0) {
+    std::unique_ptr<Reader> reader = OpenOrThrow(root, step);
+    ThrowIfError(fn(*reader), absl::StrCat("ckpt: load step ", *step, " from ", root, ": "));
+    return *step;
+  }
+  auto steps = ckpt::ListSteps(root);
+  ThrowIfError(steps.status(), absl::StrCat("ckpt: load from ", root, ": "));
+  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+    ReaderOptions options;
+    options.step = *it;
+    auto reader = Reader::Open(root, options);
+    absl::Status status = reader.ok() ? fn(**reader) : reader.status();
+    if (status.ok()) return *it;
+    skipped->push_back(absl::StrCat("step ", *it, ": ", status.ToString()));
+  }
+  const std::string why = steps->empty()
+                              ? "no committed checkpoint"
+                              : absl::StrCat("no checkpoint reads back intact (",
+                                             absl::StrJoin(*skipped, "; "), ")");
+  ThrowIfError(absl::NotFoundError(why), absl::StrCat("ckpt: load from ", root, ": "));
+  return -1;  // not reached
+}
+
+}  // namespace
+
+std::vector<int64_t> ListSteps(const std::string& root) {
+  auto steps = ckpt::ListSteps(root);
+  ThrowIfError(steps.status(), absl::StrCat("ckpt: list ", root, ": "));
+  return std::move(*steps);
+}
+
+ReadResult ReadStep(const std::string& root, std::optional<int64_t> step) {
+  std::vector<Tensor> read;
+  std::string extras;
+  std::vector<std::string> skipped;
+  const int64_t chosen = ReadNewest(
+      root, step,
+      [&](Reader& reader) {
+        auto all = reader.ReadAll();
+        if (!all.ok()) return all.status();
+        read = std::move(*all);
+        extras = reader.extras_json();
+        return absl::OkStatus();
+      },
+      &skipped);
+  std::vector<std::string> names;
+  std::vector<at::Tensor> tensors;
+  names.reserve(read.size());
+  tensors.reserve(read.size());
+  for (Tensor& t : read) {
+    names.push_back(t.name);
+    tensors.push_back(FromCkptTensor(std::move(t)));
+  }
+  return {chosen, std::move(names), std::move(tensors), std::move(extras), std::move(skipped)};
+}
+
+std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
+    const std::string& root, std::optional<int64_t> step, const std::vector<std::string>& names,
+    at::TensorList tensors) {
+  TORCH_CHECK_VALUE(names.size() == tensors.size(), "ckpt: read_into got ", names.size(),
+                    " names but ", tensors.size(), " tensors");
+  std::string extras;
+  std::vector<std::string> skipped;
+  const int64_t chosen = ReadNewest(
+      root, step,
+      [&](Reader& reader) {
+        // Tensors that are CPU and contiguous are filled in place; others
+        // through a CPU temporary, copied over only once all reads verified.
+        std::vector<ReadTarget> targets;
+        std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (temporary, destination)
+        for (size_t i = 0; i < names.size(); ++i) {
+          const at::Tensor& dst = tensors[i];
+          const TensorInfo* info = reader.Find(names[i]);
+          TORCH_CHECK_VALUE(info != nullptr, "ckpt: step ", reader.step(), " in ", root,
+                            " has no tensor \"", names[i], "\"");
+          TORCH_CHECK_VALUE(dst.defined() && dst.layout() == c10::kStrided, "ckpt: destination of \"",
+                            names[i], "\" is not a dense tensor");
+          std::optional<DType> dtype = ToCkptDType(dst.scalar_type());
+          TORCH_CHECK_TYPE(dtype == info->dtype, "ckpt: tensor \"", names[i], "\" of step ",
+                           reader.step(), " is ", std::string(DTypeName(info->dtype)),
+                           " but its destination is ", DTypeNameOf(dst.scalar_type()));
+          TORCH_CHECK_VALUE(std::equal(info->shape.begin(), info->shape.end(), dst.sizes().begin(),
+                                       dst.sizes().end()),
+                            "ckpt: tensor \"", names[i], "\" of step ", reader.step(),
+                            " has shape ", c10::IntArrayRef(info->shape),
+                            " but its destination has shape ", dst.sizes());
+          if (info->raw_bytes == 0) continue;
+          at::Tensor host = dst;
+          if (!dst.is_cpu() || !dst.is_contiguous()) {
+            host = at::empty(dst.sizes(), dst.options().device(c10::kCPU));
+            copies.emplace_back(host, dst);
+          }
+          targets.push_back(ReadTarget{names[i], host.data_ptr(), info->raw_bytes});
+        }
+        absl::Status status = reader.ReadInto(targets);
+        if (!status.ok()) return status;
+        for (auto& [host, dst] : copies) dst.copy_(host);
+        extras = reader.extras_json();
+        return absl::OkStatus();
+      },
+      &skipped);
+  return {chosen, std::move(extras), std::move(skipped)};
+}
+
+std::string DescribeStep(const std::string& root, std::optional<int64_t> step) {
+  if (step.has_value() && *step < 0) step.reset();
+  std::unique_ptr<Reader> reader = OpenOrThrow(root, step);
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const TensorInfo& t : reader->tensors()) {
+    tensors.push_back({{"name", t.name},
+                       {"dtype", std::string(DTypeName(t.dtype))},
+                       {"shape", t.shape},
+                       {"raw_bytes", t.raw_bytes},
+                       {"stored_bytes", t.stored_bytes},
+                       {"encoding", t.encoding},
+                       {"error_bound", t.error_bound}});
+  }
+  nlohmann::json out{{"step", reader->step()},
+                     {"dir", reader->dir()},
+                     {"extras", nlohmann::json::parse(reader->extras_json(), nullptr, false)},
+                     {"tensors", std::move(tensors)}};
+  return out.dump();
+}
+
+void VerifyStep(const std::string& root, int64_t step) {
+  std::unique_ptr<Reader> reader = OpenOrThrow(root, step);
+  ThrowIfError(reader->Verify(), absl::StrCat("ckpt: verify step ", step, " in ", root, ": "));
+}
+
+}  // namespace ckpt::torch_ext

@@ -1,0 +1,50 @@
+// read_ops.h: the load ops of torch.ops.ckpt (registered in ops.cc).
+#ifndef CKPT_TORCH_EXT_READ_OPS_H_
+#define CKPT_TORCH_EXT_READ_OPS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace ckpt::torch_ext {
+
+// Steps of the committed checkpoints in `root`, ascending.
+std::vector<int64_t> ListSteps(const std::string& root);
+
+// What a load read: the step, the tensors (manifest order), the extras JSON,
+// and one line "step N: <reason>" per newer checkpoint that was skipped
+// because it did not read back intact.
+using ReadResult = std::tuple<int64_t, std::vector<std::string>, std::vector<at::Tensor>,
+                              std::string, std::vector<std::string>>;
+
+// `ReadStep` reads every tensor of checkpoint `step` into new CPU tensors.
+// With no step (or a negative one) it reads the newest checkpoint that reads
+// back completely and verifies, skipping damaged newer ones.
+ReadResult ReadStep(const std::string& root, std::optional<int64_t> step);
+
+// `ReadIntoStep` copies the named tensors of the checkpoint into `tensors`
+// in place (any device, any strides; dtype and shape must match). Step
+// selection as for `ReadStep`; a skipped checkpoint may have partly written
+// the tensors before the next one overwrote them. Returns the step, the
+// extras JSON and the skipped lines.
+std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
+    const std::string& root, std::optional<int64_t> step, const std::vector<std::string>& names,
+    at::TensorList tensors);
+
+// `DescribeStep` is the manifest of a checkpoint (newest whose manifest
+// verifies when no step) as JSON: {"step", "dir", "extras", "tensors":
+// [{"name", "dtype", "shape", "raw_bytes", "stored_bytes", "encoding",
+// "error_bound"}]}. Reads no tensor data.
+std::string DescribeStep(const std::string& root, std::optional<int64_t> step);
+
+// `VerifyStep` reads every record of checkpoint `step` and checks every
+// checksum; raises naming the file and tensor on the first mismatch.
+void VerifyStep(const std::string& root, int64_t step);
+
+}  // namespace ckpt::torch_ext
+
+#endif  // CKPT_TORCH_EXT_READ_OPS_H_

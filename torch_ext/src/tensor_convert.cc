@@ -1,0 +1,144 @@
+#include "tensor_convert.h"
+
+#include <memory>
+#include <utility>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#if defined(CKPT_TORCH_WITH_CUDA) && __has_include(<c10/cuda/CUDAStream.h>)
+#include <c10/cuda/CUDAStream.h>
+#define CKPT_TORCH_CUDA_STREAMS 1
+#endif
+
+// LibTorch 2.3 added the unsigned 16/32/64-bit dtypes.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define CKPT_TORCH_HAS_UINT_WIDE 1
+#endif
+
+namespace ckpt::torch_ext {
+namespace {
+
+// The caller's current stream on `device`, as the raw handle the library
+// takes (a cudaStream_t). The stream itself comes from the device-generic
+// guard interface; only unpacking its handle needs c10_cuda.
+void* CurrentStreamHandle(const c10::Device& device) {
+#ifdef CKPT_TORCH_CUDA_STREAMS
+  c10::impl::VirtualGuardImpl guard(device.type());
+  c10::Stream stream = guard.getStream(device);
+  return c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream).stream();
+#else
+  TORCH_CHECK(false, "ckpt: this build of the extension has no CUDA support (built against a "
+                     "CPU-only LibTorch); cannot save a tensor on ", device.str());
+  return nullptr;
+#endif
+}
+
+TensorView ViewOf(const std::string& name, const at::Tensor& t, DType dtype) {
+  TensorView view;
+  view.name = name;
+  view.dtype = dtype;
+  view.shape.assign(t.sizes().begin(), t.sizes().end());
+  view.nbytes = t.numel() * t.element_size();
+  view.data = view.nbytes == 0 ? nullptr : t.data_ptr();
+  if (t.is_cuda()) {
+    view.device = TensorView::Device::kCuda;
+    view.device_index = t.device().index();
+    view.stream = CurrentStreamHandle(t.device());
+  }
+  return view;
+}
+
+}  // namespace
+
+std::optional<DType> ToCkptDType(c10::ScalarType type) {
+  switch (type) {
+    case c10::ScalarType::Bool: return DType::kBool;
+    case c10::ScalarType::Byte: return DType::kUInt8;
+    case c10::ScalarType::Char: return DType::kInt8;
+    case c10::ScalarType::Short: return DType::kInt16;
+    case c10::ScalarType::Int: return DType::kInt32;
+    case c10::ScalarType::Long: return DType::kInt64;
+    case c10::ScalarType::Half: return DType::kFloat16;
+    case c10::ScalarType::BFloat16: return DType::kBFloat16;
+    case c10::ScalarType::Float: return DType::kFloat32;
+    case c10::ScalarType::Double: return DType::kFloat64;
+#ifdef CKPT_TORCH_HAS_UINT_WIDE
+    case c10::ScalarType::UInt16: return DType::kUInt16;
+    case c10::ScalarType::UInt32: return DType::kUInt32;
+    case c10::ScalarType::UInt64: return DType::kUInt64;
+#endif
+    default: return std::nullopt;
+  }
+}
+
+std::optional<c10::ScalarType> ToTorchDType(DType dtype) {
+  switch (dtype) {
+    case DType::kBool: return c10::ScalarType::Bool;
+    case DType::kUInt8: return c10::ScalarType::Byte;
+    case DType::kInt8: return c10::ScalarType::Char;
+    case DType::kInt16: return c10::ScalarType::Short;
+    case DType::kInt32: return c10::ScalarType::Int;
+    case DType::kInt64: return c10::ScalarType::Long;
+    case DType::kFloat16: return c10::ScalarType::Half;
+    case DType::kBFloat16: return c10::ScalarType::BFloat16;
+    case DType::kFloat32: return c10::ScalarType::Float;
+    case DType::kFloat64: return c10::ScalarType::Double;
+#ifdef CKPT_TORCH_HAS_UINT_WIDE
+    case DType::kUInt16: return c10::ScalarType::UInt16;
+    case DType::kUInt32: return c10::ScalarType::UInt32;
+    case DType::kUInt64: return c10::ScalarType::UInt64;
+#endif
+    default: return std::nullopt;
+  }
+}
+
+std::string DTypeNameOf(c10::ScalarType type) {
+  std::optional<DType> d = ToCkptDType(type);
+  return d ? std::string(DTypeName(*d)) : std::string(c10::toString(type));
+}
+
+SaveInputs MakeSaveInputs(const std::vector<std::string>& names, at::TensorList tensors) {
+  TORCH_CHECK_VALUE(names.size() == tensors.size(), "ckpt: save got ", names.size(),
+                    " names but ", tensors.size(), " tensors");
+  SaveInputs in;
+  in.views.reserve(tensors.size());
+  in.owners.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    TORCH_CHECK_VALUE(t.defined(), "ckpt: tensor \"", names[i], "\" is undefined");
+    TORCH_CHECK_VALUE(t.layout() == c10::kStrided, "ckpt: tensor \"", names[i],
+                      "\" is not dense (layout ", t.layout(), "); only strided tensors are saved");
+    TORCH_CHECK_VALUE(t.is_cpu() || t.is_cuda(), "ckpt: tensor \"", names[i], "\" is on ",
+                      t.device().str(), "; only CPU and CUDA tensors are saved");
+    std::optional<DType> dtype = ToCkptDType(t.scalar_type());
+    TORCH_CHECK_TYPE(dtype.has_value(), "ckpt: tensor \"", names[i], "\" has dtype ",
+                     t.scalar_type(), ", which a checkpoint cannot hold");
+    // A contiguous tensor is read where it lies; any other gets a contiguous
+    // copy (queued on the current stream, for a CUDA tensor) that lives as
+    // long as the caller's tensors are held.
+    at::Tensor owner = t.is_contiguous() ? t : t.contiguous();
+    in.any_device = in.any_device || owner.is_cuda();
+    in.views.push_back(ViewOf(names[i], owner, *dtype));
+    in.owners.push_back(std::move(owner));
+  }
+  return in;
+}
+
+at::Tensor FromCkptTensor(Tensor tensor) {
+  std::optional<c10::ScalarType> type = ToTorchDType(tensor.dtype);
+  TORCH_CHECK_TYPE(type.has_value(), "ckpt: tensor \"", tensor.name, "\" has dtype ",
+                   std::string(DTypeName(tensor.dtype)), ", which this LibTorch (",
+                   TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ") has no type for");
+  auto options = at::TensorOptions().dtype(*type).device(c10::kCPU);
+  if (tensor.nbytes() == 0) return at::empty(tensor.shape, options);
+  // The at::Tensor takes the bytes over: the deleter frees them.
+  auto* owned = new AlignedBytes(std::move(tensor.bytes));
+  return at::from_blob(
+      owned->data(), tensor.shape, [owned](void*) { delete owned; }, options);
+}
+
+}  // namespace ckpt::torch_ext
