@@ -26,6 +26,9 @@ class ABSL_LOCKABLE Mutex {
     mu_.unlock();
     cv_.notify_all();
   }
+  // Unlocks without waking waiters: for updates no waiter needs to see at
+  // once (a later `Unlock` or a waiter's own polling picks them up).
+  void UnlockQuietly() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
   // REQUIRES: held. Waits (releasing the lock meanwhile) until `condition()`.
   template <typename Condition>
   void Await(Condition condition) {
