@@ -23,6 +23,8 @@ def main() -> int:
         ("blocked / memcpy", f"{main_line['blocked_over_memcpy']:.2f}"),
         ("torch.save (median)", f"{main_line['torch_save_s']} s"),
         ("torch.save / blocked", f"{main_line['torch_save_over_blocked']}"),
+        ("SaveAsync blocked, lazy mode (median)", f"{main_line.get('lazy_blocked_s', 0) * 1000:.2f} ms"),
+        ("torch.save / lazy blocked", f"{main_line.get('torch_save_over_lazy_blocked')}"),
         ("durable throughput", f"{main_line['persist_gbps']:.2f} GB/s"),
         ("fio O_DIRECT write", f"{main_line['fio_write_gbps']} GB/s"),
         ("durable / fio", f"{main_line['persist_over_fio']}"),
@@ -44,11 +46,13 @@ def main() -> int:
     torch_s = main_line.get("torch_save_series_s") or []
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.bar([f"ckpt #{i + 1}" for i in range(len(ckpt_s))], ckpt_s, color="tab:blue", label="ckpt SaveAsync (blocked)")
+    if main_line.get("lazy_blocked_s"):
+        ax.bar(["ckpt lazy"], [main_line["lazy_blocked_s"]], color="tab:green", label="ckpt SaveAsync, lazy (blocked)")
     ax.bar([f"torch #{i + 1}" for i in range(len(torch_s))], torch_s, color="tab:red", label="torch.save")
     ax.set_yscale("log")
     ax.set_ylabel("seconds the training loop waits (log)")
     ax.set_title(f"Blocked time per save, {main_line['bytes'] / 1e9:.2f} GB state")
-    ax.legend()
+    ax.legend(loc="lower left", fontsize=8)
     plt.xticks(rotation=45, ha="right")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "async_save.png"), dpi=100)
