@@ -24,7 +24,9 @@ using testing::Fault;
 using testing::FaultInjectionFileSystem;
 using testing::OwnedTensor;
 using testing::RandomTensor;
+using testing::ExpectCheckpointEquals;
 using testing::ScratchDir;
+using testing::SmallChunks;
 using testing::Views;
 
 std::vector<OwnedTensor> SomeState(uint64_t seed, int64_t elements = 50000) {
@@ -37,28 +39,7 @@ std::vector<OwnedTensor> SomeState(uint64_t seed, int64_t elements = 50000) {
   return state;
 }
 
-void ExpectCheckpointEquals(const std::string& root, int64_t step,
-                            const std::vector<OwnedTensor>& want) {
-  ReaderOptions options;
-  options.step = step;
-  auto reader = Reader::Open(root, options);
-  ASSERT_TRUE(reader.ok()) << reader.status();
-  ASSERT_TRUE((*reader)->Verify().ok());
-  for (const OwnedTensor& t : want) {
-    auto got = (*reader)->Read(t.name);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(got->nbytes(), t.bytes.size());
-    EXPECT_EQ(0, std::memcmp(got->data(), t.bytes.data(), t.bytes.size()))
-        << t.name << " at step " << step;
-  }
-}
 
-EngineOptions SmallChunks() {
-  EngineOptions options;
-  options.io.chunk_bytes = 64 << 10;
-  options.shard_min_bytes = 64 << 10;
-  return options;
-}
 
 TEST(AsyncEngineTest, MutatingAfterSaveAsyncReturnsDoesNotLeak) {
   ScratchDir dir;

@@ -21,7 +21,9 @@ namespace {
 using internal::DeviceCopier;
 using testing::OwnedTensor;
 using testing::RandomTensor;
+using testing::ExpectCheckpointEquals;
 using testing::ScratchDir;
+using testing::SmallChunks;
 
 // What the fake does, and what it saw. The factory is a plain function
 // pointer, so tests configure the fake through this global.
@@ -113,32 +115,7 @@ std::vector<TensorView> AllOnDevice(const std::vector<OwnedTensor>& tensors) {
   return views;
 }
 
-EngineOptions SmallChunks() {
-  EngineOptions options;
-  options.io.chunk_bytes = 64 << 10;
-  options.shard_min_bytes = 64 << 10;
-  return options;
-}
 
-// Reads step `step` back: every byte and every stored checksum must match.
-void ExpectCheckpointEquals(const std::string& root, int64_t step,
-                            const std::vector<OwnedTensor>& want) {
-  ReaderOptions options;
-  options.step = step;
-  auto reader = Reader::Open(root, options);
-  ASSERT_TRUE(reader.ok()) << reader.status();
-  ASSERT_TRUE((*reader)->Verify().ok());
-  ASSERT_EQ((*reader)->tensors().size(), want.size());
-  for (const OwnedTensor& t : want) {
-    const TensorInfo* info = (*reader)->Find(t.name);
-    ASSERT_NE(info, nullptr) << t.name;
-    EXPECT_EQ(info->xxh3, XXH3_64bits(t.bytes.data(), t.bytes.size())) << t.name;
-    auto got = (*reader)->Read(t.name);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(got->nbytes(), t.bytes.size()) << t.name;
-    EXPECT_EQ(0, std::memcmp(got->data(), t.bytes.data(), t.bytes.size())) << t.name;
-  }
-}
 
 void ExpectRootEmpty(const std::string& root) {
   auto names = PosixFileSystem()->ListDir(root);

@@ -1,5 +1,12 @@
 #include "test_util.h"
 
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "ckpt/reader.h"
+#include "gtest/gtest.h"
+
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -23,6 +30,33 @@ ScratchDir::~ScratchDir() {
   const char* keep = getenv("CKPT_TEST_KEEP");
   if (keep != nullptr && std::string(keep) == "1") return;
   RemoveTree(path_);
+}
+
+EngineOptions SmallChunks() {
+  EngineOptions options;
+  options.io.chunk_bytes = 64 << 10;
+  options.shard_min_bytes = 64 << 10;
+  return options;
+}
+
+void ExpectCheckpointEquals(const std::string& root, int64_t step,
+                            const std::vector<OwnedTensor>& want) {
+  ReaderOptions options;
+  options.step = step;
+  auto reader = Reader::Open(root, options);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE((*reader)->Verify().ok());
+  ASSERT_EQ((*reader)->tensors().size(), want.size());
+  for (const OwnedTensor& t : want) {
+    const TensorInfo* info = (*reader)->Find(t.name);
+    ASSERT_NE(info, nullptr) << t.name;
+    EXPECT_EQ(info->xxh3, XXH3_64bits(t.bytes.data(), t.bytes.size())) << t.name;
+    auto got = (*reader)->Read(t.name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->nbytes(), t.bytes.size()) << t.name;
+    EXPECT_EQ(0, std::memcmp(got->data(), t.bytes.data(), t.bytes.size()))
+        << t.name << " at step " << step;
+  }
 }
 
 void RemoveTree(const std::string& path) {

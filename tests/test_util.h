@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/options.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt::testing {
@@ -43,6 +44,15 @@ void FillRandom(std::vector<uint8_t>& bytes, uint64_t seed);
 OwnedTensor RandomTensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
                          uint64_t seed);
 std::vector<TensorView> Views(const std::vector<OwnedTensor>& tensors);
+
+// Engine options with 64 KiB chunks and small shards, so that small test
+// states still span many chunks, shards and I/O operations.
+EngineOptions SmallChunks();
+
+// Reads step `step` of `root` back and expects exactly `want`: the same
+// tensors, every byte, every stored checksum, and `Verify()` passing.
+void ExpectCheckpointEquals(const std::string& root, int64_t step,
+                            const std::vector<OwnedTensor>& want);
 
 // Removes `path` recursively (best effort).
 void RemoveTree(const std::string& path);
