@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -266,6 +267,54 @@ TEST_F(CkptRestoreTest, ListShowsDeltaBaseAndLossyBound) {
   EXPECT_NE(r.out.find("lossy <="), std::string::npos) << r;
   r = Run({"--root", root_, "--latest", "--verify"});
   EXPECT_EQ(r.exit_code, 0) << r;
+}
+
+// An independent reader of the safetensors format (spec: 8-byte little-endian
+// header length, JSON header, data): the exported file holds exactly the
+// checkpoint's tensors.
+TEST_F(CkptRestoreTest, OutWritesASafetensorsFileOthersCanRead) {
+  Save({100, 200});
+  const std::string path = scratch_.Join("export.safetensors");
+  RunResult r = Run({"--root", root_, "--step", "200", "--out", path});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  std::string file = ReadFile(path);
+  ASSERT_GE(file.size(), 8u);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(file[i]);
+  ASSERT_LE(8 + n, file.size());
+  EXPECT_EQ(n % 8, 0u);
+  const Json header = Json::parse(file.substr(8, n));
+  const std::string data = file.substr(8 + n);
+  EXPECT_EQ(header["__metadata__"]["ckpt_step"], "200");
+  EXPECT_EQ(Json::parse(header["__metadata__"]["ckpt_extras"].get<std::string>())["epoch"], 2);
+  const std::map<DType, std::string> names = {{DType::kFloat32, "F32"},
+                                              {DType::kBFloat16, "BF16"},
+                                              {DType::kInt64, "I64"}};
+  size_t covered = 0;
+  for (const OwnedTensor& t : Tensors(200)) {
+    ASSERT_TRUE(header.contains(t.name)) << t.name;
+    const Json& e = header[t.name];
+    EXPECT_EQ(e["dtype"], names.at(t.dtype)) << t.name;
+    EXPECT_EQ(e["shape"].get<std::vector<int64_t>>(), t.shape) << t.name;
+    const uint64_t begin = e["data_offsets"][0], end = e["data_offsets"][1];
+    ASSERT_EQ(end - begin, t.bytes.size()) << t.name;
+    ASSERT_LE(end, data.size());
+    EXPECT_EQ(0, std::memcmp(data.data() + begin, t.bytes.data(), t.bytes.size())) << t.name;
+    covered += t.bytes.size();
+  }
+  EXPECT_EQ(covered, data.size());
+  // Never overwritten; --filter exports a part; bad combinations are usage errors.
+  r = Run({"--root", root_, "--latest", "--out", path});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  const std::string part = scratch_.Join("part.safetensors");
+  r = Run({"--root", root_, "--latest", "--out", part, "--filter", "optim."});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::string part_file = ReadFile(part);
+  EXPECT_NE(part_file.find("optim.step"), std::string::npos);
+  EXPECT_EQ(part_file.find("model.fc.weight"), std::string::npos);
+  EXPECT_EQ(Run({"--root", root_, "--out", part}).exit_code, 2);
+  EXPECT_EQ(Run({"--root", root_, "--latest", "--filter", "x"}).exit_code, 2);
+  EXPECT_EQ(Run({"--root", root_, "--latest", "--out", scratch_.Join("n.st"), "--filter", "nope"}).exit_code, 2);
 }
 
 TEST_F(CkptRestoreTest, VerifyPassesOnGoodData) {

@@ -44,6 +44,13 @@ ABSL_FLAG(bool, latest, false,
 ABSL_FLAG(bool, all, false,
           "With --verify: verify every committed checkpoint (the default when neither --step "
           "nor --latest is given).");
+ABSL_FLAG(std::string, out, "",
+          "With --step N or --latest: write that checkpoint (deltas resolved, every checksum "
+          "verified) as a safetensors file FILE, readable by safetensors' loaders and torch; the "
+          "step and the extras go in its __metadata__. FILE must not exist; it appears only "
+          "when complete.");
+ABSL_FLAG(std::string, filter, "",
+          "With --out: export only the tensors whose names start with this prefix.");
 ABSL_FLAG(bool, json, false,
           "Print JSON Lines on stdout (one JSON object per line) instead of tables. --list: "
           "one object per checkpoint with step, kind, file_bytes, tensor_bytes, tensor_count, "
@@ -60,8 +67,8 @@ using ckpt::tools::kExitUsage;
 using ckpt::tools::kToolName;
 
 // The flags --help describes, in the order it describes them.
-constexpr absl::string_view kHelpFlags[] = {"root", "list", "verify", "step",
-                                           "latest", "all", "json"};
+constexpr absl::string_view kHelpFlags[] = {"root", "list", "verify", "step", "latest",
+                                           "all", "json", "out", "filter"};
 
 constexpr char kSynopsis[] = R"(ckpt-restore: list, verify and inspect the checkpoints of a ckpt root.
 
@@ -203,6 +210,8 @@ int main(int argc, char** argv) {
   flags.latest = absl::GetFlag(FLAGS_latest);
   flags.all = absl::GetFlag(FLAGS_all);
   flags.json = absl::GetFlag(FLAGS_json);
+  flags.out = absl::GetFlag(FLAGS_out);
+  flags.filter = absl::GetFlag(FLAGS_filter);
   if (positional.size() > 2) {
     return Usage(absl::StrFormat("unexpected argument '%s' (only one ROOT may be given)",
                                  positional[2]));

@@ -1,6 +1,8 @@
 // tools/restore_commands.cc: the verbs of ckpt-restore.
 #include "restore_commands.h"
 
+#include "safetensors_export.h"
+
 #include <algorithm>
 #include <memory>
 #include <set>
@@ -312,6 +314,20 @@ int RunShow(const RestoreRequest& request, const std::vector<int64_t>& steps, st
     }
     reader = std::move(*opened);
   }
+  if (!request.export_path.empty()) {
+    absl::StatusOr<ExportResult> exported =
+        ExportSafetensors(*reader, request.export_filter, request.export_path);
+    if (!exported.ok()) {
+      const int code = exported.status().code() == absl::StatusCode::kDataLoss ? kExitDataLoss
+                       : exported.status().code() == absl::StatusCode::kInternal ? kExitError
+                                                                                 : kExitUsage;
+      return Fail(err, code, absl::StrFormat("step %d: %s", reader->step(),
+                                             StatusText(exported.status())));
+    }
+    out << absl::StrFormat("wrote %s: step %d, %d tensors, %d bytes\n", request.export_path,
+                           reader->step(), exported->tensors, exported->bytes);
+    return kExitOk;
+  }
   PrintContents(request, *reader, out);
   return kExitOk;
 }
@@ -342,8 +358,19 @@ absl::StatusOr<RestoreRequest> MakeRequest(const RestoreFlags& flags) {
         "--list lists every checkpoint; it takes no --step or --latest "
         "(use --step N or --latest alone to show one)");
   }
+  if (!flags.filter.empty() && flags.out.empty()) {
+    return absl::InvalidArgumentError("--filter selects tensors for --out; give --out FILE");
+  }
+  if (!flags.out.empty() && (flags.list || flags.verify || flags.all)) {
+    return absl::InvalidArgumentError("--out exports one checkpoint; it conflicts with --list, --verify and --all");
+  }
+  if (!flags.out.empty() && !flags.step.has_value() && !flags.latest) {
+    return absl::InvalidArgumentError("--out needs --step N or --latest");
+  }
   RestoreRequest request;
   request.root = flags.root;
+  request.export_path = flags.out;
+  request.export_filter = flags.filter;
   request.json = flags.json;
   request.action = flags.list ? Action::kList : flags.verify ? Action::kVerify : Action::kShow;
   if (flags.step.has_value()) {

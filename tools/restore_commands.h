@@ -58,6 +58,8 @@ struct RestoreFlags {
   bool latest = false;
   bool all = false;
   bool json = false;
+  std::string out;     // --out FILE.safetensors
+  std::string filter;  // --filter PREFIX (with --out)
 };
 
 // A validated request.
@@ -67,6 +69,8 @@ struct RestoreRequest {
   Selection selection = Selection::kAll;
   int64_t step = -1;  // with `Selection::kStep`
   bool json = false;  // JSON Lines on `out` instead of tables
+  std::string export_path;    // with kShow: write a safetensors file instead of printing
+  std::string export_filter;  // only tensors whose names start with this
 };
 
 // Validates flag combinations: --root is required; --list and --verify
