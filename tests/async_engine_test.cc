@@ -125,6 +125,19 @@ TEST(AsyncEngineTest, WaitPolicyOnSlowDiskStaysInBudget) {
   EXPECT_EQ(s.staging_bytes, options.staging_bytes);
 }
 
+// Fewer staging chunks than the persister's wake-up batch: the stager must
+// wake the persister before it waits for a chunk, or both wait forever.
+TEST(AsyncEngineTest, PoolSmallerThanAWakeBatchStillStreams) {
+  ScratchDir dir;
+  EngineOptions options = SmallChunks();
+  options.staging_bytes = 3 * (64 << 10);
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(1);  // ~600 KB: many times the pool
+  ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
+  ExpectCheckpointEquals(dir.Join("root"), 1, state);
+}
+
 TEST(AsyncEngineTest, SkipPolicySkipsWhileBusyAndSaysSo) {
   ScratchDir dir;
   auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());

@@ -47,6 +47,10 @@ void SaveJob::PushChunk(const StagedChunk& chunk) {
   }
 }
 
+void SaveJob::WakePersister() {
+  MutexLock lock(&mu_);  // unlocking wakes every waiter
+}
+
 void SaveJob::FinishStaging(absl::Status status) {
   Touch();
   MutexLock lock(&mu_);

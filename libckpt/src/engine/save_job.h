@@ -58,8 +58,12 @@ class SaveJob final : public SaveHandle {
   SaveStats stats() const override;
 
   // --- Stager side ---
-  // Hands a filled chunk to the persister.
+  // Hands a filled chunk to the persister (waking it once per batch).
   void PushChunk(const StagedChunk& chunk);
+  // Wakes the persister for the chunks handed over so far. The stager calls
+  // it before it blocks for a free chunk: otherwise a persister asleep on a
+  // partial batch and a stager waiting for chunks only it can free deadlock.
+  void WakePersister();
   // Staging finished (OK) or failed; wakes `WaitStaged` and the persister.
   void FinishStaging(absl::Status status);
 

@@ -145,6 +145,7 @@ class ChunkFiller {
     if (!chunk.has_value()) {
       // Chunks queued behind device copies can be handed on meanwhile.
       CKPT_RETURN_IF_ERROR(DrainPending(0));
+      job_.WakePersister();  // it frees chunks only once it writes the ones it has
       const Clock::time_point start = Clock::now();
       chunk = pool_.Acquire();
       job_.staging_wait_s += SecondsSince(start);
