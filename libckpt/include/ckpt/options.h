@@ -36,9 +36,10 @@ struct IoOptions {
   size_t queue_depth = 32;
   // Size of one transfer; a multiple of 4 KiB.
   size_t chunk_bytes = size_t{1} << 20;
-  // Host memory, allocated and pre-faulted once per engine or reader, that
-  // bytes pass through on their way to or from disk. A multiple of
-  // `chunk_bytes`; at least 2 chunks.
+  // Readers only: the most host memory a reader's bounce buffers may use
+  // (record tails, unaligned targets, `Verify`); allocated and pre-faulted on
+  // first use, at most 8 chunks and no more than the checkpoint needs.
+  // (Saves stage through `EngineOptions::staging_bytes` instead.)
   size_t buffer_bytes = size_t{64} << 20;
 };
 
