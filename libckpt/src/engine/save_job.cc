@@ -94,11 +94,6 @@ void SaveJob::MarkSkipped(SaveStats stats) {
   error_reported_ = true;
 }
 
-absl::Status SaveJob::outcome() const {
-  MutexLock lock(&mu_);
-  return status_;
-}
-
 void SaveJob::MarkErrorReported() {
   MutexLock lock(&mu_);
   error_reported_ = true;

@@ -73,16 +73,13 @@ class SaveJob final : public SaveHandle {
   // chunk was taken.
   bool TakeChunks(bool block, std::vector<StagedChunk>* out);
   absl::Status staging_status() const;
-  // Records the outcome; wakes `Wait`. Returns whether a `Wait` had already
-  // returned... (never: the outcome is set once, before any `Wait` returns).
+  // Records the outcome (once) and wakes `WaitStaged` and `Wait`.
   void Finish(absl::Status status, SaveStats stats);
   void MarkSkipped(SaveStats stats);
   // Whether the caller saw the outcome through `Wait`: an unseen failure is
   // reported by the next `SaveAsync` or by `Close`.
   bool error_reported() const;
   void MarkErrorReported();
-  // The outcome, without counting as reported. REQUIRES: `Done()`.
-  absl::Status outcome() const;
 
   // --- Watchdog ---
   void Touch() { last_progress_ns_.store(Clock::now().time_since_epoch().count()); }

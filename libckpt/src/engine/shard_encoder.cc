@@ -19,7 +19,6 @@ ShardEncoder::ShardEncoder(const SaveJob& job, std::unique_ptr<ShardOutputs> out
       outputs_(std::move(outputs)),
       acquire_(std::move(acquire)),
       emit_(std::move(emit)),
-      next_record_(job.plan.size(), 0),
       shards_(job.plan.size()),
       records_(job.tensors.size(), RecordLayout{0, 0, "raw", 0}),
       restored_hashes_(job.tensors.size(), 0) {}

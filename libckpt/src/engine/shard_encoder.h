@@ -46,7 +46,6 @@ class ShardEncoder {
   std::unique_ptr<ShardOutputs> outputs_;
   ShardOutputs::AcquireFn acquire_;
   ShardOutputs::EmitFn emit_;
-  std::vector<size_t> next_record_;  // per shard: first record not started (unused by deltas)
   std::vector<ShardLayout> shards_;
   std::vector<RecordLayout> records_;
   std::vector<uint64_t> restored_hashes_;
