@@ -110,20 +110,6 @@ State MakeUniformState(uint64_t bytes, int tensors) {
   return Materialize(specs);
 }
 
-double MemcpySeconds(uint64_t bytes) {
-  auto a = AlignedBytes::Allocate(bytes, true);
-  auto b = AlignedBytes::Allocate(bytes, true);
-  if (!a.ok() || !b.ok()) Die("cannot allocate memcpy buffers");
-  std::memset(a->data(), 1, bytes);
-  double best = 1e9;
-  for (int i = 0; i < 3; ++i) {
-    const Clock::time_point start = Clock::now();
-    std::memcpy(b->data(), a->data(), bytes);
-    best = std::min(best, SecondsSince(start));
-  }
-  return best;
-}
-
 FioResult RunFio(const std::string& fio, const std::string& dir, uint64_t bytes, uint64_t block,
                  int depth, bool read) {
   FioResult result;

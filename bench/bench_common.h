@@ -32,9 +32,6 @@ State MakeTransformerState(uint64_t bytes, int tensors);
 // `bytes` split evenly over `tensors` fp32 tensors, 10 per module.
 State MakeUniformState(uint64_t bytes, int tensors);
 
-// Best of three memcpys of `bytes` between two pre-faulted buffers.
-double MemcpySeconds(uint64_t bytes);
-
 struct FioResult {
   double gbps = 0;  // 1e9 bytes per second; 0 if fio did not run
   std::string error;

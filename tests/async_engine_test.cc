@@ -138,6 +138,42 @@ TEST(AsyncEngineTest, PoolSmallerThanAWakeBatchStillStreams) {
   ExpectCheckpointEquals(dir.Join("root"), 1, state);
 }
 
+// By default an eager save's writes wait until the caller's copy is done:
+// the first write starts after SaveAsync stopped blocking (exact, not
+// timing-dependent: persist_s runs from the first write).
+TEST(AsyncEngineTest, EagerSaveWritesOnlyOnceStaged) {
+  ScratchDir dir;
+  auto engine = Engine::Open(dir.Join("root"), SmallChunks());
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(1, 1 << 20);  // 12 MiB: ~200 chunks
+  for (int64_t step = 1; step <= 3; ++step) {
+    auto stats = (*engine)->Save(step, Views(state));
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_GE(stats->seconds - stats->persist_s, stats->blocked_s) << "step " << step;
+    ExpectCheckpointEquals(dir.Join("root"), step, state);
+  }
+}
+
+// ... unless staging memory runs short, and when asked to overlap.
+TEST(AsyncEngineTest, EagerSaveWritesEarlyWhenPoolIsShortOrWhenAsked) {
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "write_during_eager_staging" : "pool smaller than the save");
+    ScratchDir dir;
+    EngineOptions options = SmallChunks();
+    options.write_during_eager_staging = overlap;
+    if (!overlap) options.staging_bytes = 16 * (64 << 10);
+    auto engine = Engine::Open(dir.Join("root"), options);
+    ASSERT_TRUE(engine.ok());
+    std::vector<OwnedTensor> state = SomeState(2, 1 << 18);
+    for (int64_t step = 1; step <= 3; ++step) {
+      auto stats = (*engine)->Save(step, Views(state));
+      ASSERT_TRUE(stats.ok()) << stats.status();
+      ExpectCheckpointEquals(dir.Join("root"), step, state);
+      if (!overlap) EXPECT_LT(stats->seconds - stats->persist_s, stats->blocked_s);
+    }
+  }
+}
+
 TEST(AsyncEngineTest, SkipPolicySkipsWhileBusyAndSaysSo) {
   ScratchDir dir;
   auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());

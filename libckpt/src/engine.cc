@@ -237,6 +237,12 @@ class EngineImpl final : public Engine {
       inflight_.push_back(job);
       steps_in_flight_.insert(step);
     }
+    // An eager save of host tensors keeps its caller blocked while it copies;
+    // writing meanwhile would only slow that copy down (the CPU and memory
+    // bandwidth are shared) to gain the copy's few hundred milliseconds.
+    if (lazy_ == nullptr && job->copier == nullptr && !options_.write_during_eager_staging) {
+      job->DeferWritesUntilStaged();
+    }
     persister_->Enqueue(job);
     if (lazy_ != nullptr) {
       job->blocked_s = SecondsSince(start);

@@ -73,7 +73,8 @@ EngineOptions ParseEngineOptions(const std::string& options_json) {
                     options_json);
   static const char* const kKnown[] = {
       "delta",      "topk_ratio", "full_every", "lazy",        "staging_bytes",      "compression_level",
-      "when_busy", "io_backend", "direct_io",  "create_root", "metrics_jsonl_path"};
+      "when_busy", "io_backend", "direct_io",  "create_root", "metrics_jsonl_path",
+      "write_during_eager_staging"};
   for (const auto& item : obj.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || item.key() == k;
@@ -88,6 +89,7 @@ EngineOptions ParseEngineOptions(const std::string& options_json) {
   Get(obj, "topk_ratio", &options.delta.topk_ratio);
   Get(obj, "full_every", &options.delta.full_every);
   Get(obj, "lazy", &options.lazy_staging);
+  Get(obj, "write_during_eager_staging", &options.write_during_eager_staging);
   int64_t staging_bytes = 0;
   Get(obj, "staging_bytes", &staging_bytes);
   TORCH_CHECK_VALUE(staging_bytes >= 0, "ckpt: engine option \"staging_bytes\" is negative");

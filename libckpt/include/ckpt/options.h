@@ -93,6 +93,13 @@ struct EngineOptions {
   BusyPolicy when_busy = BusyPolicy::kWait;
   // Return from `SaveAsync` at once and copy in the background.
   bool lazy_staging = false;
+  // Eager saves of host tensors: false (default) holds the writes back until
+  // the copy into staging memory is done (or staging memory runs short, when
+  // a save is larger than the pool), so they do not compete with the copy the
+  // caller is waiting for; the save becomes durable a copy's time later.
+  // true starts writing each chunk as soon as it is staged. Lazy saves and
+  // saves of CUDA tensors always write as soon as chunks are staged.
+  bool write_during_eager_staging = false;
 
   // zstd level for shard files (1..19); 0 disables compression.
   int compression_level = 0;

@@ -185,6 +185,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
   while (more || io.transfers_in_flight() > 0) {
     ready.clear();
     if (more) more = job.TakeChunks(/*block=*/io.transfers_in_flight() == 0, &ready);
+    if (!ready.empty() && !job.writing_since.has_value()) job.writing_since = Clock::now();
     for (const StagedChunk& c : ready) {
       if (status.ok() && abandon_) fail(absl::CancelledError("save cancelled: engine closing"));
       const char* data = ctx_.pool->chunk(c.chunk);
@@ -317,7 +318,7 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   stats.blocked_s = job.blocked_s;
   stats.staging_s = job.staging_s;
   stats.staging_wait_s = job.staging_wait_s;
-  stats.persist_s = SecondsSince(persist_start);
+  stats.persist_s = SecondsSince(job.writing_since.value_or(persist_start));
   stats.seconds = SecondsSince(job.start_time);
   stats.persist_gbps = stats.persist_s > 0 ? stats.file_bytes / stats.persist_s / 1e9 : 0;
   stats.backend = ctx_.backend;

@@ -40,7 +40,7 @@ void SaveJob::PushChunk(const StagedChunk& chunk) {
   Touch();
   mu_.Lock();
   ready_.push_back(chunk);
-  if (ready_.size() >= kWakeBatch) {
+  if (ready_.size() >= kWakeBatch && WritesAllowed()) {
     mu_.Unlock();
   } else {
     mu_.UnlockQuietly();
@@ -49,6 +49,7 @@ void SaveJob::PushChunk(const StagedChunk& chunk) {
 
 void SaveJob::WakePersister() {
   MutexLock lock(&mu_);  // unlocking wakes every waiter
+  writes_released_ = true;
 }
 
 void SaveJob::FinishStaging(absl::Status status) {
@@ -66,8 +67,9 @@ absl::Status SaveJob::staging_status() const {
 bool SaveJob::TakeChunks(bool block, std::vector<StagedChunk>* out) {
   MutexLock lock(&mu_);
   if (block) {
-    mu_.Await([this] { return staging_done_ || !ready_.empty(); });
+    mu_.Await([this] { return staging_done_ || (!ready_.empty() && WritesAllowed()); });
   }
+  if (!WritesAllowed()) return true;
   out->insert(out->end(), ready_.begin(), ready_.end());
   ready_.clear();
   return !(staging_done_ && out->empty());

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,12 +58,20 @@ class SaveJob final : public SaveHandle {
   bool skipped() const override;
   SaveStats stats() const override;
 
+  // Called before the job is handed to the persister: hold its writes back
+  // until staging finishes or the stager runs out of chunks
+  // (`WakePersister`). Used while a caller is blocked copying, so the writes
+  // do not compete with that copy for the CPU and memory bandwidth.
+  void DeferWritesUntilStaged() { defer_writes_ = true; }
+
   // --- Stager side ---
-  // Hands a filled chunk to the persister (waking it once per batch).
+  // Hands a filled chunk to the persister (waking it once per batch, never
+  // while writes are deferred).
   void PushChunk(const StagedChunk& chunk);
-  // Wakes the persister for the chunks handed over so far. The stager calls
-  // it before it blocks for a free chunk: otherwise a persister asleep on a
-  // partial batch and a stager waiting for chunks only it can free deadlock.
+  // Wakes the persister for the chunks handed over so far and ends any
+  // deferral. The stager calls it before it blocks for a free chunk:
+  // otherwise a persister asleep on a partial batch (or deferring) and a
+  // stager waiting for chunks only it can free deadlock.
   void WakePersister();
   // Staging finished (OK) or failed; wakes `WaitStaged` and the persister.
   void FinishStaging(absl::Status status);
@@ -102,15 +111,23 @@ class SaveJob final : public SaveHandle {
   Clock::time_point start_time = Clock::now();
   // Copies device tensors; null when the save has none.
   DeviceCopier* copier = nullptr;
+  // Persister-owned: when it took the first staged chunk to write.
+  std::optional<Clock::time_point> writing_since;
   // Stager-owned figures, published by `FinishStaging`.
   double blocked_s = 0;
   double staging_s = 0;
   double staging_wait_s = 0;
 
  private:
+  bool WritesAllowed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !defer_writes_ || writes_released_ || staging_done_;
+  }
+
   mutable Mutex mu_;
   std::deque<StagedChunk> ready_ ABSL_GUARDED_BY(mu_);
   bool staging_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool defer_writes_ = false;  // set before the persister sees the job
+  bool writes_released_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status staging_status_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool skipped_ ABSL_GUARDED_BY(mu_) = false;
