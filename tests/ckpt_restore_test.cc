@@ -10,8 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <fstream>
@@ -195,6 +198,21 @@ class CkptRestoreTest : public ::testing::Test {
     EXPECT_TRUE(Contains(r.err, text)) << r;
   }
 
+  // With a bar the tool reads tensor by tensor to count bytes; without one it
+  // streams through Reader::Verify. Expects the same results either way:
+  // the same exit code and stdout, and only the bar added on stderr.
+  void ExpectSameResultsWithProgress(const std::vector<std::string>& args) {
+    SCOPED_TRACE(absl::StrJoin(args, " "));
+    const RunResult plain = Run(args);
+    std::vector<std::string> with_bar = args;
+    with_bar.push_back("--progress=always");
+    const RunResult drawn = Run(with_bar);
+    EXPECT_EQ(drawn.exit_code, plain.exit_code) << drawn;
+    EXPECT_EQ(drawn.out, plain.out);
+    EXPECT_TRUE(Contains(drawn.err, "\r")) << drawn;
+    for (const std::string& line : Lines(plain.err)) EXPECT_TRUE(Contains(drawn.err, line));
+  }
+
   ScratchDir scratch_{"ckpt-restore-test"};
   std::string root_;
   std::string bin_;
@@ -235,6 +253,224 @@ TEST_F(CkptRestoreTest, ListJsonParses) {
     EXPECT_TRUE(row["error"].is_null());
     EXPECT_EQ(row["dir"], StepDir((i + 1) * 100));
     EXPECT_TRUE(row["latest"].is_boolean());
+  }
+}
+
+// --list --verify reads every listed checkpoint and says, per row, whether it
+// verifies and why not; the exit status is 0 only if all do.
+TEST_F(CkptRestoreTest, ListVerifyAddsAVerifiedColumn) {
+  Save({100, 200, 300});
+  RunResult r = Run({"--root", root_, "--list", "--verify"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 4u) << r;
+  EXPECT_TRUE(absl::EndsWith(lines[0], "MANIFEST  VERIFIED")) << r;
+  for (int i = 1; i <= 3; ++i) {
+    EXPECT_TRUE(absl::EndsWith(lines[i], "  ok")) << lines[i];
+    EXPECT_FALSE(Contains(lines[i], "FAILED")) << lines[i];
+  }
+  EXPECT_EQ(r.err, "");
+
+  r = Run({"--root", root_, "--list", "--verify", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  ASSERT_EQ(Lines(r.out).size(), 3u) << r;
+  for (const std::string& line : Lines(r.out)) {
+    const Json row = Json::parse(line);
+    EXPECT_EQ(row["verified"], true) << line;
+    EXPECT_TRUE(row["error"].is_null()) << line;
+  }
+  // Without --verify there is no such field.
+  r = Run({"--root", root_, "--list", "--json"});
+  EXPECT_FALSE(Json::parse(Lines(r.out)[0]).contains("verified")) << r;
+
+  const std::string shard = DamageTensor(200, "model.fc.weight");
+  r = Run({"--root", root_, "--list", "--verify"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 4u) << r;
+  EXPECT_TRUE(absl::EndsWith(lines[1], "  ok")) << r;
+  EXPECT_TRUE(Contains(lines[2], "  FAILED: DATA_LOSS: tensor \"model.fc.weight\""));
+  EXPECT_TRUE(Contains(lines[2], shard));
+  EXPECT_TRUE(Contains(lines[2], "checksum mismatch"));
+  EXPECT_TRUE(absl::EndsWith(lines[3], "  ok")) << r;
+  EXPECT_EQ(r.err, "ckpt-restore: verification failed for 1 of 3 checkpoints: step 200\n");
+
+  r = Run({"--root", root_, "--list", "--verify", "--json"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r;
+  const Json bad = Json::parse(lines[1]);
+  EXPECT_EQ(bad["step"], 200);
+  EXPECT_EQ(bad["ok"], true);  // the manifest is fine
+  EXPECT_EQ(bad["verified"], false);
+  EXPECT_TRUE(Contains(bad["error"].get<std::string>(), "model.fc.weight"));
+  EXPECT_EQ(Json::parse(lines[0])["verified"], true);
+  EXPECT_EQ(Json::parse(lines[2])["verified"], true);
+  ExpectSameResultsWithProgress({"--root", root_, "--list", "--verify"});
+}
+
+// A delta verifies only if every link of its chain does: damage in a base, or
+// a missing base, fails each checkpoint that depends on it.
+TEST_F(CkptRestoreTest, VerifyChecksEveryLinkOfADeltaChain) {
+  {
+    EngineOptions options;
+    options.delta.mode = DeltaOptions::Mode::kExact;
+    options.delta.full_every = 100;
+    auto engine = Engine::Open(root_, options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<float> w(4096);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+    std::vector<TensorView> views = {{"m.w", DType::kFloat32, {4096}, w.data(), w.size() * 4}};
+    for (int64_t step = 1; step <= 3; ++step) {
+      w[step * 7] += 1.0f;
+      ASSERT_TRUE((*engine)->Save(step, views).ok());
+    }
+  }
+  RunResult r = Run({"--root", root_, "--list", "--verify", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r;
+  EXPECT_EQ(Json::parse(lines[0])["kind"], "full");
+  EXPECT_EQ(Json::parse(lines[1])["base_step"], 1);
+  EXPECT_EQ(Json::parse(lines[2])["base_step"], 2);
+  for (const std::string& line : lines) EXPECT_EQ(Json::parse(line)["verified"], true) << line;
+
+  // Damage step 2's delta record: 2, and 3 built on it, fail; 1 still holds.
+  const TensorInfo delta = Locate(2, "m.w");
+  FlipByte(StepDir(2) + "/" + delta.shard, delta.offset + delta.stored_bytes / 2);
+  r = Run({"--root", root_, "--verify", "--all"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(Contains(r.out, "step 1: ok"));
+  EXPECT_TRUE(Contains(r.out, "step 2: FAILED: DATA_LOSS"));
+  std::string three;
+  for (const std::string& line : Lines(r.out)) {
+    if (absl::StartsWith(line, "step 3: ")) three = line;
+  }
+  EXPECT_TRUE(Contains(three, "FAILED: DATA_LOSS")) << r;
+  EXPECT_TRUE(Contains(three, StepDirName(2))) << r;  // names the damaged link
+  EXPECT_TRUE(Contains(r.err, "verification failed for 2 of 3 checkpoints: steps 2, 3"));
+  ExpectSameResultsWithProgress({"--root", root_, "--verify", "--all"});
+
+  r = Run({"--root", root_, "--latest", "--verify"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.err, "skipped step 3: DATA_LOSS"));
+  EXPECT_TRUE(Contains(r.err, "skipped step 2: DATA_LOSS"));
+  EXPECT_TRUE(Contains(r.err, "fell back to step 1"));
+  EXPECT_TRUE(Contains(r.out, "newest checkpoint that verifies: step 1"));
+
+  // A missing base fails every checkpoint built on it, naming the base.
+  ASSERT_EQ(std::rename(StepDir(1).c_str(), scratch_.Join("moved").c_str()), 0);
+  r = Run({"--root", root_, "--list", "--verify"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 3u) << r;
+  EXPECT_TRUE(Contains(lines[1], "FAILED: DATA_LOSS: base checkpoint step 1 of delta step 2"));
+  EXPECT_TRUE(Contains(lines[1], "missing"));
+  EXPECT_TRUE(Contains(lines[2], "FAILED: DATA_LOSS: base checkpoint step 1"));
+  r = Run({"--root", root_, "--verify", "--step", "3"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(Contains(r.out, "step 3: FAILED: DATA_LOSS: base checkpoint step 1"));
+  ExpectSameResultsWithProgress({"--root", root_, "--list", "--verify", "--json"});
+}
+
+// Everything after the last '\r' of `err`'s last line: the final frame.
+std::string FinalFrame(const std::string& err) {
+  const std::vector<std::string> lines = Lines(err);
+  if (lines.empty()) return "";
+  const std::string& last = lines.back();
+  const size_t cr = last.rfind('\r');
+  return cr == std::string::npos ? last : last.substr(cr + 1);
+}
+
+// --progress=always draws the bar on stderr, ending at 100% with a newline;
+// results on stdout are untouched by it.
+TEST_F(CkptRestoreTest, ProgressAlwaysDrawsABarOnStderr) {
+  Save({100, 200, 300});
+  const auto start = std::chrono::steady_clock::now();
+  RunResult r = Run({"--root", root_, "--verify", "--progress=always"});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.err, "\r")) << r;
+  EXPECT_TRUE(absl::EndsWith(r.err, "\n")) << r;
+  EXPECT_TRUE(Contains(FinalFrame(r.err), "100%")) << r;
+  EXPECT_TRUE(Contains(FinalFrame(r.err), "verifying")) << r;
+  EXPECT_TRUE(Contains(FinalFrame(r.err), "[####################]")) << r;
+  // At most ~10 frames a second (plus the first and the last).
+  const size_t frames = static_cast<size_t>(std::count(r.err.begin(), r.err.end(), '%'));
+  EXPECT_LE(frames, 2 + static_cast<size_t>(seconds * 10) + 1) << r;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r;
+  EXPECT_TRUE(Contains(r.out, "step 300: ok"));
+
+  // JSON on stdout stays one clean object per line.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--verify", "--json"},
+        std::vector<std::string>{"--list", "--verify", "--json"},
+        std::vector<std::string>{"--latest", "--verify", "--json"},
+        std::vector<std::string>{"--latest", "--json"}}) {
+    std::vector<std::string> full = {"--root", root_, "--progress=always"};
+    full.insert(full.end(), args.begin(), args.end());
+    SCOPED_TRACE(absl::StrJoin(full, " "));
+    r = Run(full);
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_TRUE(Contains(FinalFrame(r.err), "100%")) << r;
+    for (const std::string& line : Lines(r.out)) {
+      EXPECT_FALSE(Json::parse(line, nullptr, false).is_discarded()) << line;
+    }
+  }
+
+  // Export: a bar for the verification of --latest, then one for the export.
+  const std::string path = scratch_.Join("model.safetensors");
+  r = Run({"--root", root_, "--latest", "--out", path, "--progress=always"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(Contains(r.err, "verifying step 300")) << r;
+  EXPECT_TRUE(Contains(FinalFrame(r.err), "exporting step 300")) << r;
+  EXPECT_TRUE(Contains(FinalFrame(r.err), "100%")) << r;
+  EXPECT_TRUE(Contains(r.out, "wrote " + path));
+}
+
+// A diagnostic never lands in the middle of the bar: the bar's line is erased
+// first, so the diagnostic starts a line of its own.
+TEST_F(CkptRestoreTest, ProgressIsErasedBeforeDiagnostics) {
+  Save({100, 200});
+  DamageTensor(200, "model.embed.weight");
+  const RunResult r = Run({"--root", root_, "--latest", "--verify", "--progress=always"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  bool skipped = false;
+  for (const std::string& line : Lines(r.err)) {
+    const size_t at = line.find("ckpt-restore: skipped step 200");
+    if (at == std::string::npos) continue;
+    skipped = true;
+    // It starts the line, or follows a frame that was erased: '\r', blanks, '\r'.
+    if (at == 0) continue;
+    const std::string before = line.substr(0, at);
+    ASSERT_TRUE(absl::EndsWith(before, "\r")) << line;
+    const size_t blanks = before.rfind('\r', before.size() - 2);
+    ASSERT_NE(blanks, std::string::npos) << line;
+    const std::string erased = before.substr(blanks + 1, before.size() - blanks - 2);
+    EXPECT_GE(erased.size(), FinalFrame(before.substr(0, blanks)).size()) << line;
+    EXPECT_EQ(erased.find_first_not_of(' '), std::string::npos) << line;
+  }
+  EXPECT_TRUE(skipped) << r;
+  EXPECT_TRUE(Contains(r.err, "verifying step 100  [####################] 100%")) << r;
+}
+
+// Piped (the default, auto) or never: no bar at all.
+TEST_F(CkptRestoreTest, NoProgressWhenPipedOrNever) {
+  Save({100, 200});
+  const std::string path = scratch_.Join("model.safetensors");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--verify"}, std::vector<std::string>{"--list", "--verify"},
+        std::vector<std::string>{"--latest"},
+        std::vector<std::string>{"--verify", "--progress=never"},
+        std::vector<std::string>{"--verify", "--progress=auto"},
+        std::vector<std::string>{"--latest", "--out", path}}) {
+    std::vector<std::string> full = {"--root", root_};
+    full.insert(full.end(), args.begin(), args.end());
+    SCOPED_TRACE(absl::StrJoin(full, " "));
+    const RunResult r = Run(full);
+    EXPECT_EQ(r.exit_code, 0) << r;
+    EXPECT_EQ(r.err, "") << r;
   }
 }
 
@@ -363,6 +599,7 @@ TEST_F(CkptRestoreTest, FlippedByteNamesStepFileAndTensor) {
   EXPECT_TRUE(Contains(failure, "model.fc.weight"));
   EXPECT_TRUE(Contains(r.err, "ckpt-restore: verification failed for 1 of 3"));
   EXPECT_TRUE(Contains(r.err, "300"));
+  ExpectSameResultsWithProgress({"--root", root_, "--verify", "--all"});
 
   const RunResult one = Run({"--root", root_, "--verify", "--step", "300"});
   EXPECT_EQ(one.exit_code, 1) << one;
@@ -398,6 +635,7 @@ TEST_F(CkptRestoreTest, TruncatedShardIsDetected) {
   EXPECT_TRUE(Contains(r.out, "step 100: ok"));
   EXPECT_TRUE(Contains(r.out, "step 200: FAILED"));
   EXPECT_TRUE(Contains(r.out, info.shard));
+  ExpectSameResultsWithProgress({"--root", root_, "--verify", "--all"});
 
   r = Run({"--root", root_, "--latest", "--verify"});
   EXPECT_EQ(r.exit_code, 0) << r;
@@ -439,6 +677,24 @@ TEST_F(CkptRestoreTest, CorruptManifestIsDetected) {
   r = Run({"--root", root_, "--step", "200"});
   EXPECT_EQ(r.exit_code, 1) << r;
   EXPECT_TRUE(Contains(r.err, "ckpt-restore: step 200: DATA_LOSS"));
+
+  // --list --verify: the manifest column says DAMAGED, the verified one why.
+  r = Run({"--root", root_, "--list", "--verify"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  std::string row;
+  for (const std::string& line : Lines(r.out)) {
+    if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(line), "200")) row = line;
+  }
+  EXPECT_TRUE(Contains(row, "  DAMAGED  ")) << r;
+  EXPECT_TRUE(Contains(row, "  FAILED: DATA_LOSS")) << r;
+  EXPECT_TRUE(Contains(row, "MANIFEST.json")) << r;
+  r = Run({"--root", root_, "--list", "--verify", "--json"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  ASSERT_EQ(Lines(r.out).size(), 2u) << r;
+  const Json damaged = Json::parse(Lines(r.out)[1]);
+  EXPECT_EQ(damaged["ok"], false);
+  EXPECT_EQ(damaged["verified"], false);
+  EXPECT_TRUE(Contains(damaged["error"].get<std::string>(), "MANIFEST.json"));
 }
 
 TEST_F(CkptRestoreTest, LatestFailsWhenNothingVerifies) {
@@ -501,7 +757,11 @@ TEST_F(CkptRestoreTest, UsageErrorsExit2) {
   ExpectError({"--root", root_, "--step", "100", "--latest"}, 2, "--step and --latest");
   ExpectError({"--root", root_, "--verify", "--all", "--step", "100"}, 2, "--all");
   ExpectError({"--root", root_, "--verify", "--all", "--latest"}, 2, "--all");
-  ExpectError({"--root", root_, "--list", "--verify"}, 2, "--list and --verify");
+  ExpectError({"--root", root_, "--list", "--verify", "--step", "100"}, 2, "--list");
+  ExpectError({"--root", root_, "--list", "--verify", "--latest"}, 2, "--list");
+  ExpectError({"--root", root_, "--verify", "--progress=sometimes"}, 2,
+              "--progress must be auto, always or never");
+  ExpectError({"--root", root_, "--verify", "--progress"}, 2, "--progress needs a value");
   ExpectError({"--root", root_, "--list", "--step", "100"}, 2, "--list");
   ExpectError({"--root", root_, "--all"}, 2, "--all needs an action");
   ExpectError({"--root", root_, "--bogus"}, 2, "unknown flag --bogus");
@@ -528,10 +788,15 @@ TEST_F(CkptRestoreTest, MissingThingsExit3) {
 TEST_F(CkptRestoreTest, HelpDescribesEveryFlagAndExitCode) {
   const RunResult r = Run({"--help"});
   ASSERT_EQ(r.exit_code, 0) << r;
+  // Every flag of the tool, each on its own line, followed by its help text.
   for (const char* flag : {"--root DIR", "--list", "--verify", "--step N", "--latest", "--all",
-                           "--json", "--help"}) {
-    EXPECT_TRUE(Contains(r.out, absl::StrCat("\n  ", flag, "\n"))) << flag;
+                           "--json", "--out FILE", "--filter PREFIX", "--progress WHEN",
+                           "--help"}) {
+    const std::string line = absl::StrCat("\n  ", flag, "\n      ");
+    EXPECT_TRUE(Contains(r.out, line)) << flag;
   }
+  EXPECT_TRUE(Contains(r.out, "--list --verify"));
+  EXPECT_TRUE(Contains(r.out, "auto"));
   EXPECT_TRUE(Contains(r.out, "Exit codes:"));
   for (const char* code : {"\n  0  ", "\n  1  ", "\n  2  ", "\n  3  ", "\n  4  "}) {
     EXPECT_TRUE(Contains(r.out, code));

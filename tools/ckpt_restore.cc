@@ -1,4 +1,5 @@
-// ckpt-restore: lists, verifies and inspects the checkpoints of a ckpt root.
+// ckpt-restore: lists, verifies, inspects and exports the checkpoints of a
+// ckpt root.
 //
 // This file only parses flags and prints --help; the verbs live in
 // restore_commands.{h,cc}. See docs/ckpt-restore.md.
@@ -24,15 +25,19 @@ ABSL_FLAG(std::string, root, "",
           "Checkpoint root directory (the one holding step-* directories and LATEST). "
           "Required; may also be given as the single positional argument.");
 ABSL_FLAG(bool, list, false,
-          "List every committed checkpoint, oldest first: step, kind, size on disk, tensor "
-          "count, shard count, creation time (UTC) and manifest status. Reads manifests only "
-          "(use --verify to check the data). A damaged manifest shows as DAMAGED; --list "
-          "still exits 0.");
+          "List every committed checkpoint, oldest first: step, kind (full, or delta of its "
+          "base step), exact or lossy (with its error bound), size on disk, tensor count, "
+          "shard count, creation time (UTC) and manifest status. Reads manifests only; a "
+          "damaged manifest shows as DAMAGED and --list still exits 0. With --verify it also "
+          "reads every tensor of every listed checkpoint (deltas through their whole chain) "
+          "and adds a VERIFIED column, 'ok' or 'FAILED: <reason>'; it then exits 1 unless "
+          "every listed checkpoint verifies.");
 ABSL_FLAG(bool, verify, false,
-          "Read every record of the selected checkpoints and check every checksum. Selects "
-          "--all unless --step or --latest is given. Prints one line per checkpoint "
-          "('step N: ok (...)' or 'step N: FAILED: <reason naming the file and tensor>'); "
-          "exits 1 if any fails.");
+          "Read every record of the selected checkpoints and check every checksum; a delta is "
+          "rebuilt through its chain, checking every base it uses (a missing or replaced base "
+          "fails it). Selects --all unless --step or --latest is given. Prints one line per "
+          "checkpoint ('step N: ok (...)' or 'step N: FAILED: <reason naming the file and "
+          "tensor>'); exits 1 if any fails. With --list, adds a VERIFIED column (see --list).");
 ABSL_FLAG(std::optional<int64_t>, step, std::nullopt,
           "Select checkpoint N (its step number). Without --verify, print its tensors and "
           "extras (the manifest is checked, the data is not read).");
@@ -51,10 +56,17 @@ ABSL_FLAG(std::string, out, "",
           "when complete.");
 ABSL_FLAG(std::string, filter, "",
           "With --out: export only the tensors whose names start with this prefix.");
+ABSL_FLAG(std::string, progress, "auto",
+          "Progress bar for verifying and exporting (--verify, --list --verify, --latest, "
+          "--out), in bytes of tensors, on stderr, redrawn in place at most 10 times a second: "
+          "auto (the default) draws it when stderr is a terminal, always draws it even into a "
+          "file or pipe, never turns it off. It never goes to stdout.");
 ABSL_FLAG(bool, json, false,
           "Print JSON Lines on stdout (one JSON object per line) instead of tables. --list: "
-          "one object per checkpoint with step, kind, file_bytes, tensor_bytes, tensor_count, "
-          "shard_count, created_unix_ns, ok, error (null when ok), latest, dir. --verify: one "
+          "one object per checkpoint with step, kind, base_step, exact, error_bound, "
+          "file_bytes, tensor_bytes, tensor_count, shard_count, created_unix_ns, ok (manifest "
+          "checks pass), error (null when ok), latest, dir; with --verify also verified "
+          "(true/false), and error then says why it does not verify. --verify: one "
           "object per checkpoint tried with step, ok, error and, when ok, tensor_count, "
           "tensor_bytes, shard_count. --step/--latest: one object with step, dir, verified, "
           "extras, tensor_count, tensor_bytes, shard_count and tensors (name, dtype, shape, "
@@ -66,16 +78,26 @@ namespace {
 using ckpt::tools::kExitUsage;
 using ckpt::tools::kToolName;
 
-// The flags --help describes, in the order it describes them.
-constexpr absl::string_view kHelpFlags[] = {"root", "list", "verify", "step", "latest",
-                                           "all", "json", "out", "filter"};
+// The flags --help describes, in the order it describes them, with the name
+// of their value ("" for a boolean).
+struct HelpFlag {
+  absl::string_view name;
+  absl::string_view value;
+};
+constexpr HelpFlag kHelpFlags[] = {{"root", "DIR"},   {"list", ""},        {"verify", ""},
+                                   {"step", "N"},      {"latest", ""},      {"all", ""},
+                                   {"json", ""},       {"out", "FILE"},     {"filter", "PREFIX"},
+                                   {"progress", "WHEN"}};
 
-constexpr char kSynopsis[] = R"(ckpt-restore: list, verify and inspect the checkpoints of a ckpt root.
+constexpr char kSynopsis[] =
+    R"(ckpt-restore: list, verify, inspect and export the checkpoints of a ckpt root.
 
 Usage:
-  ckpt-restore --root DIR --list [--json]
+  ckpt-restore --root DIR --list [--verify] [--json]
   ckpt-restore --root DIR --verify [--all | --step N | --latest] [--json]
   ckpt-restore --root DIR (--step N | --latest) [--json]
+  ckpt-restore --root DIR (--step N | --latest) --out FILE.safetensors [--filter PREFIX]
+Every form takes --progress=auto|always|never.
 )";
 
 constexpr char kTrailer[] = R"(
@@ -83,7 +105,8 @@ Exit codes:
   0  success (also when --latest skipped damaged newer checkpoints and fell
      back to an older one: the skips are reported on stderr)
   1  data loss: a selected checkpoint failed verification or could not be
-     read, or --latest found no checkpoint that verifies
+     read, --list --verify listed one that does not verify, --out read a
+     damaged tensor, or --latest found no checkpoint that verifies
   2  usage error: unknown, missing, malformed or conflicting flags
   3  not found: ROOT does not exist or is not a directory, holds no committed
      checkpoint, or has no checkpoint at --step N
@@ -93,10 +116,12 @@ Every diagnostic is one line on stderr starting with "ckpt-restore: ".
 
 Examples:
   ckpt-restore --root /ckpt/run1 --list
+  ckpt-restore --root /ckpt/run1 --list --verify       # ... and does each one verify?
   ckpt-restore --root /ckpt/run1 --latest --verify     # what would a restart load?
   ckpt-restore --root /ckpt/run1 --verify --all        # audit every checkpoint
   ckpt-restore --root /ckpt/run1 --step 1200           # tensors and extras of 1200
   ckpt-restore --root /ckpt/run1 --list --json | jq 'select(.ok | not)'
+  ckpt-restore --root /ckpt/run1 --latest --out model.safetensors --filter model.
 
 See docs/ckpt-restore.md for incident recovery.
 )";
@@ -119,12 +144,11 @@ void AppendWrapped(absl::string_view text, size_t indent, size_t width, std::str
 std::string HelpText() {
   std::string text = kSynopsis;
   text += "\nFlags:\n";
-  for (absl::string_view name : kHelpFlags) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  for (const HelpFlag& help : kHelpFlags) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(help.name);
     if (flag == nullptr) continue;
-    const bool is_bool = flag->IsOfType<bool>();
-    absl::StrAppendFormat(&text, "  --%s%s\n", name,
-                          is_bool ? "" : (name == "step" ? " N" : " DIR"));
+    absl::StrAppendFormat(&text, "  --%s%s%s\n", help.name, help.value.empty() ? "" : " ",
+                          help.value);
     AppendWrapped(flag->Help(), 6, 80, &text);
   }
   text += "  --help\n      Print this text and exit 0.\n";
@@ -194,7 +218,8 @@ int Usage(absl::string_view message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("lists, verifies and inspects ckpt checkpoints; see --help");
+  absl::SetProgramUsageMessage(
+      "lists, verifies, inspects and exports ckpt checkpoints; see --help");
   if (WantsHelp(argc, argv)) {
     std::cout << HelpText();
     return 0;
@@ -212,6 +237,7 @@ int main(int argc, char** argv) {
   flags.json = absl::GetFlag(FLAGS_json);
   flags.out = absl::GetFlag(FLAGS_out);
   flags.filter = absl::GetFlag(FLAGS_filter);
+  flags.progress = absl::GetFlag(FLAGS_progress);
   if (positional.size() > 2) {
     return Usage(absl::StrFormat("unexpected argument '%s' (only one ROOT may be given)",
                                  positional[2]));

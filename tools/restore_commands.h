@@ -3,8 +3,9 @@
 // `MakeRequest` turns the raw flags into one `RestoreRequest` (or a usage
 // error); `RunRestore` carries it out, writing results to `out` and every
 // diagnostic to `err` as one line prefixed "ckpt-restore: ", and returns the
-// process exit code. New verbs (writing safetensors, resolving delta chains)
-// add an `Action` and a field or two; the selection logic is shared.
+// process exit code. Long operations (verifying, exporting) draw a progress
+// bar on `err` (see progress_bar.h); it is erased before any other line is
+// written, so results and diagnostics never share a line with it.
 #ifndef CKPT_TOOLS_RESTORE_COMMANDS_H_
 #define CKPT_TOOLS_RESTORE_COMMANDS_H_
 
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "progress_bar.h"
 
 namespace ckpt::tools {
 
@@ -21,8 +23,9 @@ namespace ckpt::tools {
 // --help and docs/ckpt-restore.md.
 enum ExitCode : int {
   kExitOk = 0,
-  // A selected checkpoint failed verification (or could not be read), or
-  // --latest found no checkpoint that verifies.
+  // A selected checkpoint failed verification (or could not be read), one
+  // that --list --verify lists does not verify, or --latest found no
+  // checkpoint that verifies.
   kExitDataLoss = 1,
   // Bad, missing or conflicting flags.
   kExitUsage = 2,
@@ -38,7 +41,8 @@ inline constexpr char kToolName[] = "ckpt-restore";
 // What to do with the selected checkpoints.
 enum class Action {
   kShow,    // print one checkpoint's tensors and extras
-  kList,    // one row per committed checkpoint, from the manifests
+  kList,    // one row per committed checkpoint, from the manifests (and,
+            // with `RestoreRequest::verify`, from reading every tensor)
   kVerify,  // read every record, check every checksum
 };
 
@@ -60,6 +64,7 @@ struct RestoreFlags {
   bool json = false;
   std::string out;     // --out FILE.safetensors
   std::string filter;  // --filter PREFIX (with --out)
+  std::string progress = "auto";  // --progress=auto|always|never
 };
 
 // A validated request.
@@ -69,17 +74,21 @@ struct RestoreRequest {
   Selection selection = Selection::kAll;
   int64_t step = -1;  // with `Selection::kStep`
   bool json = false;  // JSON Lines on `out` instead of tables
+  bool verify = false;  // with kList: verify every listed checkpoint too
+  ProgressMode progress = ProgressMode::kAuto;  // kAuto: when stderr is a terminal
   std::string export_path;    // with kShow: write a safetensors file instead of printing
   std::string export_filter;  // only tensors whose names start with this
 };
 
-// Validates flag combinations: --root is required; --list and --verify
-// exclude each other; --step, --latest and --all exclude each other; --list
+// Validates flag combinations: --root is required; --list with --verify
+// lists and verifies; --step, --latest and --all exclude each other; --list
 // takes no --step/--latest; without an action, --step or --latest is
-// required. Errors are kInvalidArgument with a one-line message.
+// required; --progress is auto, always or never. Errors are kInvalidArgument
+// with a one-line message.
 absl::StatusOr<RestoreRequest> MakeRequest(const RestoreFlags& flags);
 
-// Runs `request`; returns an `ExitCode`.
+// Runs `request`; returns an `ExitCode`. The progress bar, when
+// `request.progress` asks for one, is drawn on `err`.
 int RunRestore(const RestoreRequest& request, std::ostream& out, std::ostream& err);
 
 }  // namespace ckpt::tools

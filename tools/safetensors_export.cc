@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -14,6 +15,7 @@
 
 namespace ckpt::tools {
 namespace {
+
 
 const char* SafetensorsDType(DType dtype) {
   switch (dtype) {
@@ -38,6 +40,25 @@ absl::Status Errno(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
+// Renames `temp` to `path` unless `path` exists (checked atomically: a file
+// created meanwhile is never overwritten), then fsyncs the directory.
+absl::Status PublishNoReplace(const std::string& temp, const std::string& path) {
+  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno != EINVAL && errno != ENOSYS) return Errno("rename to " + path);
+    // No RENAME_NOREPLACE on this file system: link() fails on an existing name too.
+    if (::link(temp.c_str(), path.c_str()) != 0) return Errno("link to " + path);
+    ::unlink(temp.c_str());
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("open directory " + dir);
+  absl::Status status;
+  if (::fsync(fd) != 0) status = Errno("fsync directory " + dir);
+  ::close(fd);
+  return status;
+}
+
 // Writes all of `n` bytes, retrying short writes and EINTR.
 absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
   const char* p = static_cast<const char*>(data);
@@ -54,8 +75,9 @@ absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& pat
 
 }  // namespace
 
-absl::StatusOr<ExportResult> ExportSafetensors(Reader& reader, const std::string& prefix,
-                                               const std::string& path) {
+absl::StatusOr<ExportResult> ExportSafetensors(
+    Reader& reader, const std::string& prefix, const std::string& path,
+    const std::function<void(uint64_t done, uint64_t total)>& progress) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
     return absl::AlreadyExistsError(absl::StrCat(path, " exists; not overwriting it"));
@@ -80,6 +102,7 @@ absl::StatusOr<ExportResult> ExportSafetensors(Reader& reader, const std::string
     offset += t->raw_bytes;
     largest = std::max(largest, t->raw_bytes);
   }
+  if (progress) progress(0, offset);
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   unsigned char length[8];
@@ -92,15 +115,18 @@ absl::StatusOr<ExportResult> ExportSafetensors(Reader& reader, const std::string
   if (status.ok()) status = WriteAll(fd, text.data(), text.size(), temp);
   auto buffer = AlignedBytes::Allocate(largest, /*prefault=*/false);
   if (!buffer.ok()) status = buffer.status();
+  uint64_t written = 0;  // tensor bytes
   for (size_t i = 0; i < selected.size() && status.ok(); ++i) {
     const TensorInfo& t = *selected[i];
     ReadTarget target{t.name, buffer->data(), buffer->size()};
     status = reader.ReadInto({&target, 1});  // resolves deltas, checks every checksum
     if (status.ok()) status = WriteAll(fd, buffer->data(), t.raw_bytes, temp);
+    written += t.raw_bytes;
+    if (status.ok() && progress) progress(written, offset);
   }
   if (status.ok() && ::fsync(fd) != 0) status = Errno("fsync " + temp);
   if (::close(fd) != 0 && status.ok()) status = Errno("close " + temp);
-  if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) status = Errno("rename to " + path);
+  if (status.ok()) status = PublishNoReplace(temp, path);
   if (!status.ok()) {
     ::unlink(temp.c_str());
     return status;

@@ -3,6 +3,7 @@
 #define CKPT_TOOLS_SAFETENSORS_EXPORT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -22,9 +23,12 @@ struct ExportResult {
 // strings), then the raw bytes. Written to a temp file beside `path`, fsynced,
 // then renamed into place: `path` is either complete or untouched.
 // kInvalidArgument if nothing matches `prefix`; kAlreadyExists if `path`
-// exists (never overwritten).
-absl::StatusOr<ExportResult> ExportSafetensors(Reader& reader, const std::string& prefix,
-                                               const std::string& path);
+// exists (never overwritten). `progress`, when set, is called with (0, total)
+// once the tensors are selected and with (done, total) after each tensor is
+// written, counting the raw bytes of the selected tensors.
+absl::StatusOr<ExportResult> ExportSafetensors(
+    Reader& reader, const std::string& prefix, const std::string& path,
+    const std::function<void(uint64_t done, uint64_t total)>& progress = {});
 
 }  // namespace ckpt::tools
 
