@@ -5,8 +5,11 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <deque>
+#include <span>
 #include <thread>
 
 #include "ckpt/engine.h"
@@ -36,18 +39,41 @@ struct FakeGpu {
   int wait_calls = 0;
   int copiers_made = 0;
   std::vector<std::pair<int, void*>> callers;  // distinct (device, stream) seen
+  int marks_made = 0;
+  // Per copy: how much caller-stream work it is ordered after.
+  std::vector<int> copy_ordered_after;
 };
 FakeGpu gpu;
+// Work items the caller has queued on its stream (bumped by tests, read by
+// `MarkCallerStreams` on the caller's thread and by copies on the stager's).
+std::atomic<int> stream_work{0};
+// While false, `WaitFor` blocks: holds a lazy stager inside a save.
+std::atomic<bool> waits_open{true};
 
 constexpr char kCopyFault[] = "fake copy engine: queue full";
 constexpr char kWaitFault[] = "fake copy engine: uncorrectable ECC error";
 constexpr uint8_t kJunk = 0xEE;
 
+// The stream position a save was marked at.
+struct FakeMark final : internal::CallerStreamMark {
+  int work = 0;
+};
+
 class QueuedCopier final : public DeviceCopier {
  public:
-  absl::Status CopyAsync(void* dst, const void* src, size_t n, int device,
-                         void* caller_stream) override {
+  absl::StatusOr<std::unique_ptr<internal::CallerStreamMark>> MarkCallerStreams(
+      std::span<const internal::DeviceStream> streams) override {
+    ++gpu.marks_made;
+    auto mark = std::make_unique<FakeMark>();
+    mark->work = stream_work.load();
+    return std::unique_ptr<internal::CallerStreamMark>(std::move(mark));
+  }
+
+  absl::Status CopyAsync(void* dst, const void* src, size_t n, int device, void* caller_stream,
+                         const internal::CallerStreamMark* mark) override {
     if (gpu.copy_calls++ == gpu.fail_copy_at) return absl::InternalError(kCopyFault);
+    gpu.copy_ordered_after.push_back(mark != nullptr ? static_cast<const FakeMark*>(mark)->work
+                                                     : stream_work.load());
     std::pair<int, void*> caller{device, caller_stream};
     if (std::find(gpu.callers.begin(), gpu.callers.end(), caller) == gpu.callers.end()) {
       gpu.callers.push_back(caller);
@@ -67,6 +93,7 @@ class QueuedCopier final : public DeviceCopier {
   }
 
   absl::Status WaitFor(uint64_t token) override {
+    while (!waits_open.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (gpu.wait_calls++ == gpu.fail_wait_at) return absl::DataLossError(kWaitFault);
     EXPECT_LE(token, last_token_);
     while (!queue_.empty() && queue_.front().token != 0 && queue_.front().token <= token) {
@@ -127,6 +154,8 @@ class DeviceStagingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     gpu = FakeGpu{};
+    stream_work = 0;
+    waits_open = true;
     internal::SetDeviceCopierFactoryForTesting(&MakeQueuedCopier);
   }
   void TearDown() override { internal::SetDeviceCopierFactoryForTesting(nullptr); }
@@ -230,6 +259,37 @@ TEST_F(DeviceStagingTest, LazyModeStagesDeviceTensorsInTheBackground) {
     ExpectCheckpointEquals(root_, step, at_save);
   }
   EXPECT_EQ(gpu.copies_landed, gpu.copies_queued);
+}
+
+// A lazily staged save is copied while the caller queues its next forward
+// pass: the copies must be ordered after the caller's stream as it was at
+// SaveAsync, not as it is when the stager gets to them (that would make the
+// copy wait for the compute it is meant to overlap).
+TEST_F(DeviceStagingTest, LazyCopiesAreOrderedAfterTheStreamAsItWasAtSaveAsync) {
+  EngineOptions options = SmallChunks();
+  options.lazy_staging = true;
+  auto engine = Engine::Open(root_, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<OwnedTensor> first = VariedState(100);
+  const std::vector<OwnedTensor> second = VariedState(200);
+  waits_open = false;  // the stager cannot finish the first save yet
+  auto h1 = (*engine)->SaveAsync(1, AllOnDevice(first));
+  ASSERT_TRUE(h1.ok()) << h1.status();
+  stream_work = 1;  // the caller queues a training step
+  auto h2 = (*engine)->SaveAsync(2, AllOnDevice(second));
+  ASSERT_TRUE(h2.ok()) << h2.status();
+  stream_work = 2;  // ... and the next one, before the second save is copied
+  waits_open = true;
+  ASSERT_TRUE((*h1)->Wait().ok());
+  ASSERT_TRUE((*h2)->Wait().ok());
+  EXPECT_EQ(gpu.marks_made, 2);
+  ASSERT_FALSE(gpu.copy_ordered_after.empty());
+  // Save 1's copies come first (saves are staged in order).
+  EXPECT_EQ(gpu.copy_ordered_after.front(), 0);
+  EXPECT_EQ(gpu.copy_ordered_after.back(), 1);
+  for (int after : gpu.copy_ordered_after) EXPECT_LE(after, 1);
+  ExpectCheckpointEquals(root_, 1, first);
+  ExpectCheckpointEquals(root_, 2, second);
 }
 
 TEST_F(DeviceStagingTest, HostOnlySavesNeverMakeACopier) {

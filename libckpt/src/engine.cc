@@ -217,6 +217,18 @@ class EngineImpl final : public Engine {
       job->copier = copier_.get();
       break;
     }
+    if (job->copier != nullptr) {
+      // The point the save's copies are ordered after: now, on this thread.
+      std::vector<DeviceStream> streams;
+      for (const TensorView& t : tensors) {
+        const DeviceStream ds{t.device_index, t.stream};
+        if (t.device != TensorView::Device::kCpu &&
+            std::find(streams.begin(), streams.end(), ds) == streams.end()) {
+          streams.push_back(ds);
+        }
+      }
+      CKPT_ASSIGN_OR_RETURN(job->stream_mark, job->copier->MarkCallerStreams(streams));
+    }
     if (options_.when_busy == EngineOptions::BusyPolicy::kSkip && in_flight > 0 &&
         pool_.free_count() < needed) {
       SaveStats stats;

@@ -2,17 +2,18 @@
 // non-blocking side stream per device, ordered after the caller's stream by
 // events, awaited by events. Nothing here synchronizes a whole device.
 //
-// Ordering after the caller's stream ("fencing"): the first copy from a
-// (device, caller stream) pair records an event on the caller's stream and
-// makes the side stream wait for it. Later copies from the same pair reuse
-// that fence until the copier next runs dry (every token recorded so far has
-// been waited for, which the stager does at the end of every save) or a call
-// fails; then the next copy fences again. So a save fences each of its
-// streams once, at its first copy, and is ordered after all work queued on
-// the stream by then. Re-fencing after every `Record()` would not be more
-// correct under the `TensorView` contract (the caller does not change the
-// tensors before staging ends) but would make every chunk of a lazily staged
-// save wait for whatever the caller queued meanwhile.
+// Ordering after the caller's stream ("fencing"): `MarkCallerStreams`, on
+// the caller's thread when a save starts, records an event on each of the
+// save's (device, stream) pairs. The save's first copy from a pair makes the
+// device's side stream wait for that event, so every copy of the save is
+// ordered after the work the caller had queued when it called `SaveAsync` —
+// not after what it queued later (a lazily staged save is copied while the
+// caller's next forward pass is being queued; waiting for it would serialize
+// the copy behind the compute). Without a mark covering the pair, the first
+// copy records a fresh event on the caller's stream instead. A pair stays
+// fenced until the copier next runs dry (every token recorded so far has
+// been waited for, which the stager does at the end of every save), the
+// mark changes, or a call fails.
 //
 // Copies of contiguous pieces (the stager hands over 64 KiB at a time, in
 // order) are merged and issued as one `cudaMemcpyAsync` when a piece does
@@ -21,6 +22,8 @@
 #include <cuda_runtime_api.h>
 
 #include <deque>
+#include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -84,6 +87,26 @@ class ScopedDevice {
   bool switched_ = false;
 };
 
+// Events recorded on caller streams; destroying them while a side stream
+// still waits on one is allowed (CUDA releases it once it completes).
+class CudaStreamMark final : public CallerStreamMark {
+ public:
+  struct Entry {
+    DeviceStream stream;
+    cudaEvent_t event = nullptr;
+  };
+  ~CudaStreamMark() override {
+    for (const Entry& e : entries) (void)cudaEventDestroy(e.event);
+  }
+  cudaEvent_t Find(int device, cudaStream_t stream) const {
+    for (const Entry& e : entries) {
+      if (e.stream.device == device && e.stream.stream == stream) return e.event;
+    }
+    return nullptr;
+  }
+  std::vector<Entry> entries;
+};
+
 class CudaCopier final : public DeviceCopier {
  public:
   explicit CudaCopier(int device_count) : devices_(device_count) {}
@@ -106,16 +129,45 @@ class CudaCopier final : public DeviceCopier {
     (void)cudaGetLastError();
   }
 
-  absl::Status CopyAsync(void* dst, const void* src, size_t n, int device,
-                         void* caller_stream) override {
+  // Touches no copier state: safe beside the stager.
+  absl::StatusOr<std::unique_ptr<CallerStreamMark>> MarkCallerStreams(
+      std::span<const DeviceStream> streams) override {
+    auto mark = std::make_unique<CudaStreamMark>();
+    ScopedDevice scope;
+    for (const DeviceStream& ds : streams) {
+      if (ds.device < 0 || ds.device >= static_cast<int>(devices_.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "CUDA device ", ds.device, " does not exist (", devices_.size(), " visible)"));
+      }
+      CKPT_RETURN_IF_ERROR(scope.Use(ds.device));
+      cudaEvent_t event = nullptr;
+      CKPT_RETURN_IF_ERROR(Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                                 absl::StrCat("cudaEventCreateWithFlags (CUDA device ", ds.device, ")")));
+      mark->entries.push_back({ds, event});
+      cudaError_t err = cudaEventRecord(event, static_cast<cudaStream_t>(ds.stream));
+      if (err != cudaSuccess) {
+        return CudaError(err, absl::StrFormat("cudaEventRecord on the caller's stream %p (CUDA device %d)",
+                                              ds.stream, ds.device));
+      }
+    }
+    return std::unique_ptr<CallerStreamMark>(std::move(mark));
+  }
+
+  absl::Status CopyAsync(void* dst, const void* src, size_t n, int device, void* caller_stream,
+                         const CallerStreamMark* mark) override {
     if (n == 0) return absl::OkStatus();
+    if (mark != fenced_mark_) {
+      ForgetFences();  // another save: fence its streams again
+      fenced_mark_ = mark;
+    }
     if (device < 0 || device >= static_cast<int>(devices_.size())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "CUDA device ", device, " does not exist (", devices_.size(), " visible)"));
     }
     absl::Status s = Enqueue(static_cast<char*>(dst), static_cast<const char*>(src), n, device,
-                             static_cast<cudaStream_t>(caller_stream));
-    if (!s.ok()) fenced_.clear();
+                             static_cast<cudaStream_t>(caller_stream),
+                             static_cast<const CudaStreamMark*>(mark));
+    if (!s.ok()) ForgetFences();
     return s;
   }
 
@@ -135,7 +187,7 @@ class CudaCopier final : public DeviceCopier {
     }
     outstanding_.push_back(std::move(token));
     if (!s.ok()) {
-      fenced_.clear();
+      ForgetFences();
       return s;
     }
     return next_token_ - 1;
@@ -169,7 +221,7 @@ class CudaCopier final : public DeviceCopier {
       outstanding_.clear();
       (void)cudaGetLastError();
     }
-    if (outstanding_.empty()) fenced_.clear();  // run dry: the next copy fences again
+    if (outstanding_.empty()) ForgetFences();  // run dry: the next copy fences again
     return s;
   }
 
@@ -194,10 +246,11 @@ class CudaCopier final : public DeviceCopier {
     int device = 0;
   };
 
-  absl::Status Enqueue(char* dst, const char* src, size_t n, int device, cudaStream_t stream) {
+  absl::Status Enqueue(char* dst, const char* src, size_t n, int device, cudaStream_t stream,
+                       const CudaStreamMark* mark) {
     if (!IsFenced(device, stream)) {
       CKPT_RETURN_IF_ERROR(Issue());  // earlier pieces need not wait for this stream
-      CKPT_RETURN_IF_ERROR(Fence(device, stream));
+      CKPT_RETURN_IF_ERROR(Fence(device, stream, mark != nullptr ? mark->Find(device, stream) : nullptr));
     }
     if (pending_.n > 0 && pending_.device == device && pending_.dst + pending_.n == dst &&
         pending_.src + pending_.n == src) {
@@ -209,6 +262,11 @@ class CudaCopier final : public DeviceCopier {
     return absl::OkStatus();
   }
 
+  void ForgetFences() {
+    fenced_.clear();
+    fenced_mark_ = nullptr;  // a later mark at the same address is a new one
+  }
+
   bool IsFenced(int device, cudaStream_t stream) const {
     for (const auto& [d, s] : fenced_) {
       if (d == device && s == stream) return true;
@@ -216,19 +274,24 @@ class CudaCopier final : public DeviceCopier {
     return false;
   }
 
-  // Orders `device`'s side stream after the work queued so far on `stream`
+  // Orders `device`'s side stream after `marked` (an event recorded on
+  // `stream` earlier), or when null after the work queued so far on `stream`
   // (REQUIRES: `stream` is null or belongs to `device`).
-  absl::Status Fence(int device, cudaStream_t stream) {
+  absl::Status Fence(int device, cudaStream_t stream, cudaEvent_t marked) {
     ScopedDevice scope;
     CKPT_RETURN_IF_ERROR(scope.Use(device));
     CKPT_RETURN_IF_ERROR(Prepare(device));
     DeviceState& state = devices_[device];
-    cudaError_t err = cudaEventRecord(state.fence, stream);
-    if (err != cudaSuccess) {
-      return CudaError(err, absl::StrFormat("cudaEventRecord on the caller's stream %p (CUDA device %d)",
-                                            static_cast<void*>(stream), device));
+    cudaEvent_t fence = marked;
+    if (fence == nullptr) {
+      fence = state.fence;
+      cudaError_t err = cudaEventRecord(fence, stream);
+      if (err != cudaSuccess) {
+        return CudaError(err, absl::StrFormat("cudaEventRecord on the caller's stream %p (CUDA device %d)",
+                                              static_cast<void*>(stream), device));
+      }
     }
-    err = cudaStreamWaitEvent(state.side, state.fence, 0);
+    cudaError_t err = cudaStreamWaitEvent(state.side, fence, 0);
     if (err != cudaSuccess) {
       return CudaError(err, absl::StrCat("cudaStreamWaitEvent (CUDA device ", device, ")"));
     }
@@ -292,6 +355,7 @@ class CudaCopier final : public DeviceCopier {
 
   std::vector<DeviceState> devices_;  // by device index; streams made on first use
   std::vector<std::pair<int, cudaStream_t>> fenced_;  // (device, caller stream) pairs
+  const CallerStreamMark* fenced_mark_ = nullptr;     // the mark `fenced_` was made with
   Pending pending_;
   std::deque<Token> outstanding_;  // recorded, not yet waited for; in token order
   uint64_t next_token_ = 1;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -111,6 +112,8 @@ class SaveJob final : public SaveHandle {
   Clock::time_point start_time = Clock::now();
   // Copies device tensors; null when the save has none.
   DeviceCopier* copier = nullptr;
+  // The caller's streams as they were at `SaveAsync` (with `copier`).
+  std::unique_ptr<CallerStreamMark> stream_mark;
   // Persister-owned: when it took the first staged chunk to write.
   std::optional<Clock::time_point> writing_since;
   // Stager-owned figures, published by `FinishStaging`.

@@ -125,7 +125,8 @@ class ChunkFiller {
         std::memcpy(dst, src, take);
         hash->Update(dst, take);
       } else {
-        CKPT_RETURN_IF_ERROR(copier_->CopyAsync(dst, src, take, t->device_index, t->stream));
+        CKPT_RETURN_IF_ERROR(copier_->CopyAsync(dst, src, take, t->device_index, t->stream,
+                                                job_.stream_mark.get()));
         const size_t done = total - n;
         segments_.push_back(DeviceSegment{index, dst, take, done == 0, done + take == total});
       }
@@ -189,6 +190,7 @@ absl::Status StageJob(SaveJob& job, StagingPool& pool, DeviceCopier* copier) {
   }
   if (status.ok()) status = filler.DrainPending(0);
   if (!status.ok()) filler.Abandon();
+  job.stream_mark.reset();  // every copy that used it was queued (and has landed)
   job.staging_s = SecondsSince(start);
   return status;
 }
