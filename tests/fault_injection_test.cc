@@ -916,6 +916,38 @@ TEST_F(FaultInjectionFileSystemTest, DropRestoresTheFileAnUnsyncedRenameReplaced
   EXPECT_FALSE(Exists(".LATEST.tmp"));
 }
 
+TEST_F(FaultInjectionFileSystemTest, DropUndoesAnUnsyncedExchangeAndKeepsASyncedOne) {
+  ASSERT_TRUE(fs_->CreateDir(Path("old")).ok());
+  Write("old/f", "old data", /*sync=*/true);
+  ASSERT_TRUE(fs_->SyncDir(Path("old")).ok());
+  ASSERT_TRUE(fs_->SyncDir(dir_.path()).ok());
+  ASSERT_TRUE(fs_->CreateDir(Path("new")).ok());
+  Write("new/f", "new data", /*sync=*/true);
+  ASSERT_TRUE(fs_->SyncDir(Path("new")).ok());
+  ASSERT_TRUE(fs_->Exchange(Path("new"), Path("old")).ok());
+  EXPECT_EQ(Contents("old/f"), "new data");
+  // Neither the exchange nor the creation of "new" reached the disk.
+  ASSERT_TRUE(fs_->DropUnsyncedData().ok());
+  EXPECT_EQ(Contents("old/f"), "old data");
+  EXPECT_FALSE(Exists("new"));
+
+  ASSERT_TRUE(fs_->CreateDir(Path("new")).ok());
+  Write("new/f", "new data", /*sync=*/true);
+  ASSERT_TRUE(fs_->SyncDir(Path("new")).ok());
+  ASSERT_TRUE(fs_->Exchange(Path("new"), Path("old")).ok());
+  ASSERT_TRUE(fs_->SyncDir(dir_.path()).ok());
+  Write("old/late", "x", /*sync=*/true);  // created after, its directory never synced
+  ASSERT_TRUE(fs_->DropUnsyncedData().ok());
+  EXPECT_EQ(Contents("old/f"), "new data");
+  EXPECT_EQ(Contents("new/f"), "old data");
+  EXPECT_FALSE(Exists("old/late"));
+
+  fs_->SetExchangeSupported(false);
+  absl::Status refused = fs_->Exchange(Path("new"), Path("old"));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
+  EXPECT_EQ(Contents("old/f"), "new data");
+}
+
 TEST_F(FaultInjectionFileSystemTest, RemovalIsDurableAtOnce) {
   Write("f", "data", /*sync=*/true);
   ASSERT_TRUE(fs_->SyncDir(dir_.path()).ok());

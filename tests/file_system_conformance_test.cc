@@ -518,6 +518,30 @@ TEST_P(FileSystemConformanceTest, RenameOfMissingSourceIsNotFoundNamingIt) {
   }
 }
 
+TEST_P(FileSystemConformanceTest, ExchangeSwapsDirectoriesAtomicallyOrIsUnimplemented) {
+  ASSERT_TRUE(fs_->CreateDir(Path("a")).ok());
+  ASSERT_TRUE(fs_->CreateDir(Path("b")).ok());
+  WriteFile("a/in_a", 11, 1);
+  WriteFile("b/in_b", 22, 2);
+  absl::Status s = fs_->Exchange(Path("a"), Path("b"));
+  if (s.code() == absl::StatusCode::kUnimplemented) {
+    EXPECT_MENTIONS(s, Path("a"));
+    GTEST_SKIP() << "no RENAME_EXCHANGE here: " << s;
+  }
+  ASSERT_TRUE(s.ok()) << s;
+  auto moved_a = fs_->Stat(Path("b/in_a"));
+  auto moved_b = fs_->Stat(Path("a/in_b"));
+  ASSERT_TRUE(moved_a.ok() && moved_b.ok());
+  EXPECT_EQ(moved_a->size, 11u);
+  EXPECT_EQ(moved_b->size, 22u);
+  EXPECT_EQ(fs_->Stat(Path("a/in_a")).status().code(), absl::StatusCode::kNotFound);
+  // Both must exist.
+  absl::Status missing = fs_->Exchange(Path("a"), Path("missing"));
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_MENTIONS(missing, Path("missing"));
+  EXPECT_TRUE(fs_->Stat(Path("a/in_b")).ok());
+}
+
 TEST_P(FileSystemConformanceTest, RemoveFileAndRemoveDir) {
   WriteFile("f", 10, 1);
   ASSERT_TRUE(fs_->CreateDir(Path("d")).ok());

@@ -8,9 +8,13 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
@@ -24,8 +28,11 @@ using testing::OwnedTensor;
 using testing::RandomTensor;
 using testing::ScratchDir;
 using testing::Views;
+using testing::RestoredStep;
+using tools::RetentionAction;
 using tools::RetentionPolicy;
 using tools::RunRetention;
+using Kind = RetentionAction::Kind;
 
 EngineOptions DeltaEvery(int full_every) {
   EngineOptions options = testing::SmallChunks();
@@ -74,6 +81,275 @@ TEST(RetentionTest, KeepsBasesOfKeptDeltasAndRemovesTheRest) {
   auto latest = Reader::Open(root, ReaderOptions{});
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ((*latest)->step(), 13);
+}
+
+// Saves steps 1..`last` into `root`, a full save every `full_every` saves,
+// the rest deltas (`mode`); returns what each step restores to.
+std::map<int64_t, RestoredStep> WriteSteps(const std::string& root, int full_every, int last,
+                                           DeltaOptions::Mode mode = DeltaOptions::Mode::kExact) {
+  EngineOptions options = DeltaEvery(full_every);
+  options.delta.mode = mode;
+  auto engine = Engine::Open(root, options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  // Deltas much smaller than the state: compacting one pays only when it
+  // frees a full checkpoint.
+  std::vector<OwnedTensor> state = {RandomTensor("m.w", DType::kFloat32, {65536}, 1),
+                                    RandomTensor("n.b", DType::kFloat32, {1000}, 2)};
+  std::mt19937_64 rng(1);
+  for (int step = 1; step <= last; ++step) {
+    for (auto& t : state) Mutate(t, rng);
+    auto stats = (*engine)->Save(step, Views(state), absl::StrCat(R"({"step": )", step, "}"));
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->kind, (step - 1) % full_every == 0 ? "full" : "delta") << "step " << step;
+  }
+  std::map<int64_t, RestoredStep> restored;
+  EXPECT_EQ(testing::ReadAllSteps(root, &restored), "");
+  return restored;
+}
+
+std::map<int64_t, RestoredStep> Only(const std::map<int64_t, RestoredStep>& all,
+                                     const std::vector<int64_t>& steps) {
+  std::map<int64_t, RestoredStep> out;
+  for (int64_t step : steps) out[step] = all.at(step);
+  return out;
+}
+
+// Entries of `root` other than LATEST, the lock and committed checkpoints.
+std::vector<std::string> Leftovers(const std::string& root) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "LATEST" && name != ".ckpt-retain.lock" && !absl::StartsWith(name, "step-")) {
+      names.push_back(name);
+    }
+  }
+  return names;
+}
+
+// Step -> action kind, and every action's error.
+std::map<int64_t, Kind> Kinds(const std::vector<RetentionAction>& actions, std::string* errors) {
+  std::map<int64_t, Kind> kinds;
+  for (const RetentionAction& a : actions) {
+    if (a.step >= 0) kinds[a.step] = a.kind;
+    if (!a.error.empty()) absl::StrAppend(errors, a.name, ": ", a.error, "\n");
+  }
+  return kinds;
+}
+
+// Every entry of `dir` and its bytes (a dry run must change none).
+std::map<std::string, std::string> Snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.path().filename() == ".ckpt-retain.lock") continue;  // created by any run
+    std::string bytes;
+    if (e.is_regular_file()) {
+      std::ifstream in(e.path(), std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    files[e.path().string()] = bytes;
+  }
+  return files;
+}
+
+class CompactionTest : public ::testing::TestWithParam<DeltaOptions::Mode> {};
+
+// Fulls at 1 and 11. Kept: 4, 8, 12 (every 4th) and 13 (newest, with its
+// chain 12, 11). 4 is compacted so that 1..3 can go; 8 keeps 5..7 (cheaper
+// than writing a full checkpoint), chaining onto the compacted 4.
+TEST_P(CompactionTest, CompactsTheOldestKeptDeltaOfAChainAndLetsItsBasesGo) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  const auto before = WriteSteps(root, 10, 13, GetParam());
+  RetentionPolicy policy;
+  policy.keep_every = 4;
+  policy.dry_run = true;
+  const auto snapshot = Snapshot(root);
+  auto plan = RunRetention(root, policy);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(Snapshot(root) == snapshot);  // a dry run changes nothing
+  std::string errors;
+  const std::map<int64_t, Kind> want = {
+      {1, Kind::kDelete}, {2, Kind::kDelete}, {3, Kind::kDelete}, {4, Kind::kCompact},
+      {5, Kind::kKeep},   {6, Kind::kKeep},   {7, Kind::kKeep},   {8, Kind::kKeep},
+      {9, Kind::kDelete}, {10, Kind::kDelete}, {11, Kind::kKeep}, {12, Kind::kKeep},
+      {13, Kind::kKeep}};
+  EXPECT_EQ(Kinds(*plan, &errors), want);
+  for (const RetentionAction& a : *plan) {
+    if (a.kind == Kind::kCompact) EXPECT_FALSE(a.done);
+  }
+
+  policy.dry_run = false;
+  auto actions = RunRetention(root, policy);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  EXPECT_EQ(Kinds(*actions, &errors), want);
+  EXPECT_EQ(errors, "");
+  auto four = SummarizeCheckpoint(root, 4);
+  ASSERT_TRUE(four.ok());
+  EXPECT_EQ(four->kind, "full");
+  EXPECT_TRUE(four->compacted);
+  EXPECT_EQ(testing::DiffSteps(root, Only(before, {4, 5, 6, 7, 8, 11, 12, 13})), "");
+  auto latest = Reader::Open(root, ReaderOptions{});
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ((*latest)->step(), 13);
+
+  // Nothing more to do on a second run.
+  actions = RunRetention(root, policy);
+  ASSERT_TRUE(actions.ok());
+  for (const RetentionAction& a : *actions) EXPECT_EQ(a.kind, Kind::kKeep) << a.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(ExactAndTopK, CompactionTest,
+                         ::testing::Values(DeltaOptions::Mode::kExact, DeltaOptions::Mode::kTopK),
+                         [](const auto& info) {
+                           return info.param == DeltaOptions::Mode::kExact ? "Exact" : "TopK";
+                         });
+
+TEST(RetentionTest, WithoutCompactionKeptDeltasKeepTheirBases) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  const auto before = WriteSteps(root, 10, 13);
+  RetentionPolicy policy;
+  policy.keep_every = 4;
+  policy.compact = false;
+  auto actions = RunRetention(root, policy);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  for (const RetentionAction& a : *actions) EXPECT_NE(a.kind, Kind::kCompact) << a.name;
+  EXPECT_EQ(testing::DiffSteps(root, Only(before, {1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13})), "");
+}
+
+// LATEST names an older step (say, a writer died before updating it): that
+// step keeps its whole chain, uncompacted, like the newest.
+TEST(RetentionTest, TheStepLatestNamesKeepsItsWholeChain) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  const auto before = WriteSteps(root, 10, 13);
+  {
+    std::ofstream latest(root + "/LATEST", std::ios::trunc);
+    latest << StepDirName(8) << "\n";
+  }
+  RetentionPolicy policy;
+  policy.keep_last = 1;
+  auto actions = RunRetention(root, policy);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  for (const RetentionAction& a : *actions) EXPECT_NE(a.kind, Kind::kCompact) << a.name;
+  EXPECT_EQ(testing::DiffSteps(root, Only(before, {1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13})), "");
+  EXPECT_EQ(SummarizeCheckpoint(root, 8)->kind, "delta");
+}
+
+// A kept delta whose chain is damaged is not compacted (the reader refuses
+// it) and keeps every base: the failure is reported, nothing is lost.
+TEST(RetentionTest, AFailedCompactionKeepsTheBasesItWouldHaveFreed) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  const auto before = WriteSteps(root, 10, 13);
+  // A flipped byte in a record of step 1, which only reading the data finds.
+  std::string shard;
+  for (const auto& e : std::filesystem::directory_iterator(root + "/" + StepDirName(1))) {
+    if (e.path().extension() == ".shard") shard = e.path().string();
+  }
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    char c;
+    f.seekg(10);
+    f.get(c);
+    f.seekp(10);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  RetentionPolicy policy;
+  policy.keep_every = 4;
+  auto actions = RunRetention(root, policy);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  std::string errors;
+  auto kinds = Kinds(*actions, &errors);
+  EXPECT_EQ(kinds[4], Kind::kCompact);
+  EXPECT_TRUE(absl::StrContains(errors, StepDirName(4))) << errors;
+  for (int64_t step : {1, 2, 3}) EXPECT_EQ(kinds[step], Kind::kKeep) << step;
+  EXPECT_EQ(*ListSteps(root), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13}));
+  EXPECT_EQ(SummarizeCheckpoint(root, 4)->kind, "delta");
+  EXPECT_TRUE(Leftovers(root).empty());
+  // What does not depend on the damaged step still restores as before.
+  for (int64_t step : {11, 12, 13}) {
+    std::map<int64_t, RestoredStep> got;
+    const std::string copy = dir.Join(absl::StrCat("only", step));
+    std::filesystem::create_directory(copy);
+    for (int64_t s : {11, 12, 13}) {
+      if (s > step) continue;
+      std::filesystem::copy(root + "/" + StepDirName(s), copy + "/" + StepDirName(s),
+                            std::filesystem::copy_options::recursive);
+    }
+    EXPECT_EQ(testing::DiffSteps(copy, Only(before, step == 11   ? std::vector<int64_t>{11}
+                                                    : step == 12 ? std::vector<int64_t>{11, 12}
+                                                                 : std::vector<int64_t>{11, 12, 13})),
+              "");
+  }
+}
+
+// Fulls at 1, 5, 9, 13; kept: every 3rd step and 14 (newest, chain 13).
+// Hot: 3 and 6 compacted (so 1, 2 and 5 can go), 12 keeps 10 and 11.
+// Cold: 1, 2, 5, 8 as they are; 4 and 7, whose bases stay hot, as full
+// checkpoints. Every step restores as before, in whichever tier it is.
+TEST(RetentionTest, ColdTierNeverGetsADeltaWithoutItsBase) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  const std::string cold = dir.Join("cold");
+  std::filesystem::create_directory(cold);
+  const auto before = WriteSteps(root, 4, 14);
+  const std::string backup = dir.Join("backup");
+  std::filesystem::copy(root, backup, std::filesystem::copy_options::recursive);
+  RetentionPolicy policy;
+  policy.keep_every = 3;
+  policy.cold_dir = cold;
+  auto actions = RunRetention(root, policy);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  std::string errors;
+  const std::map<int64_t, Kind> want = {
+      {1, Kind::kMove},  {2, Kind::kMove},  {3, Kind::kCompact}, {4, Kind::kCompactMove},
+      {5, Kind::kMove},  {6, Kind::kCompact}, {7, Kind::kCompactMove}, {8, Kind::kMove},
+      {9, Kind::kKeep},  {10, Kind::kKeep}, {11, Kind::kKeep}, {12, Kind::kKeep},
+      {13, Kind::kKeep}, {14, Kind::kKeep}};
+  EXPECT_EQ(Kinds(*actions, &errors), want);
+  EXPECT_EQ(errors, "");
+  EXPECT_EQ(testing::DiffSteps(root, Only(before, {3, 6, 9, 10, 11, 12, 13, 14})), "");
+  EXPECT_EQ(testing::DiffSteps(cold, Only(before, {1, 2, 4, 5, 7, 8})), "");
+  EXPECT_TRUE(SummarizeCheckpoint(cold, 4)->compacted);
+  EXPECT_FALSE(std::filesystem::exists(cold + "/LATEST"));
+
+  // A run interrupted after its cold copies were complete but before the hot
+  // ones were removed: the next run recognises the copies and finishes.
+  for (int64_t step : {2, 4}) {
+    std::filesystem::copy(backup + "/" + StepDirName(step), root + "/" + StepDirName(step),
+                          std::filesystem::copy_options::recursive);
+  }
+  actions = RunRetention(root, policy);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  errors.clear();
+  auto kinds = Kinds(*actions, &errors);
+  EXPECT_EQ(errors, "");
+  EXPECT_EQ(kinds[2], Kind::kMove);
+  EXPECT_EQ(kinds[4], Kind::kCompactMove);
+  EXPECT_EQ(testing::DiffSteps(root, Only(before, {3, 6, 9, 10, 11, 12, 13, 14})), "");
+  EXPECT_EQ(testing::DiffSteps(cold, Only(before, {1, 2, 4, 5, 7, 8})), "");
+}
+
+TEST(RetentionTest, ColdTierWithoutCompactionKeepsDeltasWhoseBaseStaysHot) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  const std::string cold = dir.Join("cold");
+  std::filesystem::create_directory(cold);
+  const auto before = WriteSteps(root, 4, 14);
+  RetentionPolicy policy;
+  policy.keep_every = 3;
+  policy.cold_dir = cold;
+  policy.compact = false;
+  auto actions = RunRetention(root, policy);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  for (const RetentionAction& a : *actions) {
+    EXPECT_NE(a.kind, Kind::kCompact) << a.name;
+    EXPECT_NE(a.kind, Kind::kCompactMove) << a.name;
+  }
+  // 4 and 7 would need their (hot) bases; 8 needs 7. Nothing can move.
+  EXPECT_EQ(testing::DiffSteps(root, before), "");
+  EXPECT_TRUE(ListSteps(cold)->empty());
 }
 
 TEST(RetentionTest, KeepEveryAndColdTierMoveVerifiedCopies) {
@@ -162,6 +438,8 @@ TEST(RetentionTest, SafeBesideAWriter) {
   const std::string root = dir.Join("root");
   std::atomic<bool> done{false};
   std::atomic<int> saves{0};
+  std::atomic<int> runs{0};
+  std::vector<std::vector<OwnedTensor>> saved(41);
   std::thread writer([&] {
     auto engine = Engine::Open(root, DeltaEvery(4));
     ASSERT_TRUE(engine.ok());
@@ -172,19 +450,31 @@ TEST(RetentionTest, SafeBesideAWriter) {
       for (auto& t : state) Mutate(t, rng);
       auto stats = (*engine)->Save(step, Views(state));
       ASSERT_TRUE(stats.ok()) << stats.status();
+      saved[step] = state;
       ++saves;
+      // Fulls are 1, 5, ..., 21: with 22 newest the job keeps 22, 21 (its
+      // chain) and 20, which it compacts so that 17..19 can go. Let it run
+      // at least once then; the rest of the time it runs when it may.
+      if (step == 22) {
+        const int seen = runs;
+        const absl::Time deadline = absl::Now() + absl::Seconds(60);
+        while (runs < seen + 2 && absl::Now() < deadline) std::this_thread::yield();
+      }
     }
     done = true;
   });
   RetentionPolicy policy;
   policy.keep_last = 3;
   policy.stale_temp_age = absl::Seconds(30);
-  int runs = 0;
+  int compactions = 0;
   while (!done) {
     auto actions = RunRetention(root, policy);
     if (actions.ok()) {
       ++runs;
-      for (const auto& a : *actions) EXPECT_TRUE(a.error.empty()) << a.name << ": " << a.error;
+      for (const auto& a : *actions) {
+        EXPECT_TRUE(a.error.empty()) << a.name << ": " << a.error;
+        if (a.kind == Kind::kCompact && a.done) ++compactions;
+      }
     } else {
       EXPECT_TRUE(absl::IsFailedPrecondition(actions.status()) || absl::IsNotFound(actions.status()))
           << actions.status();  // before the first save
@@ -196,8 +486,11 @@ TEST(RetentionTest, SafeBesideAWriter) {
   }
   writer.join();
   EXPECT_GT(runs, 0);
+  EXPECT_GT(compactions, 0);
   ASSERT_TRUE(RunRetention(root, policy).ok());
   ExpectEveryStepRestores(root);
+  const std::vector<int64_t> steps = *ListSteps(root);
+  for (int64_t step : steps) testing::ExpectCheckpointEquals(root, step, saved[step]);
   auto latest = Reader::Open(root, ReaderOptions{});
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ((*latest)->step(), 40);

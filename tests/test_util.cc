@@ -4,6 +4,9 @@
 
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ckpt/catalog.h"
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
 
@@ -57,6 +60,49 @@ void ExpectCheckpointEquals(const std::string& root, int64_t step,
     EXPECT_EQ(0, std::memcmp(got->data(), t.bytes.data(), t.bytes.size()))
         << t.name << " at step " << step;
   }
+}
+
+std::string ReadAllSteps(const std::string& root, std::map<int64_t, RestoredStep>* out) {
+  auto steps = ListSteps(root);
+  if (!steps.ok()) return steps.status().ToString();
+  for (int64_t step : *steps) {
+    ReaderOptions options;
+    options.step = step;
+    options.io.buffer_bytes = 1 << 20;
+    auto reader = Reader::Open(root, options);
+    if (!reader.ok()) return absl::StrCat("step ", step, ": ", reader.status().ToString());
+    auto all = (*reader)->ReadAll();
+    if (!all.ok()) return absl::StrCat("step ", step, ": ", all.status().ToString());
+    RestoredStep& r = (*out)[step];
+    r.extras = (*reader)->extras_json();
+    for (const Tensor& t : *all) {
+      r.bytes[t.name] = std::string(static_cast<const char*>(t.data()), t.nbytes());
+      r.bounds[t.name] = (*reader)->Find(t.name)->error_bound;
+    }
+    absl::Status verified = (*reader)->Verify();
+    if (!verified.ok()) return absl::StrCat("step ", step, ": ", verified.ToString());
+  }
+  return "";
+}
+
+std::string DiffSteps(const std::string& root, const std::map<int64_t, RestoredStep>& want) {
+  std::map<int64_t, RestoredStep> got;
+  std::string error = ReadAllSteps(root, &got);
+  if (!error.empty()) return error;
+  std::vector<int64_t> want_steps, got_steps;
+  for (const auto& [step, r] : want) want_steps.push_back(step);
+  for (const auto& [step, r] : got) got_steps.push_back(step);
+  if (want_steps != got_steps) {
+    return absl::StrCat(root, " holds steps [", absl::StrJoin(got_steps, ","), "], expected [",
+                        absl::StrJoin(want_steps, ","), "]");
+  }
+  for (const auto& [step, r] : want) {
+    const RestoredStep& g = got.at(step);
+    if (g.bytes != r.bytes) return absl::StrCat("step ", step, " restores other values");
+    if (g.bounds != r.bounds) return absl::StrCat("step ", step, " has other error bounds");
+    if (g.extras != r.extras) return absl::StrCat("step ", step, " has other extras");
+  }
+  return "";
 }
 
 void RemoveTree(const std::string& path) {

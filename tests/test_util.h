@@ -3,6 +3,7 @@
 #define CKPT_TESTS_TEST_UTIL_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,20 @@ void ExpectCheckpointEquals(const std::string& root, int64_t step,
 
 // Removes `path` recursively (best effort).
 void RemoveTree(const std::string& path);
+
+// What a restore of one step yields: its extras and, per tensor, its bytes
+// and error bound.
+struct RestoredStep {
+  std::string extras;
+  std::map<std::string, std::string> bytes;
+  std::map<std::string, double> bounds;
+};
+// Reads (and verifies) every step of `root` into `out`: "" on success, else
+// what failed.
+std::string ReadAllSteps(const std::string& root, std::map<int64_t, RestoredStep>* out);
+// "" if `root` holds exactly the steps of `want`, each restoring exactly as
+// recorded there (bytes, error bounds, extras); else the first difference.
+std::string DiffSteps(const std::string& root, const std::map<int64_t, RestoredStep>& want);
 
 }  // namespace ckpt::testing
 

@@ -1,4 +1,6 @@
 // ckpt-retain: the retention/tiering job, meant for cron. See docs/retention.md.
+#include <stdlib.h>
+
 #include <iostream>
 #include <string>
 
@@ -20,15 +22,20 @@ ABSL_FLAG(std::string, cold_dir, "",
           "instead of deleting them: copy, fsync, verify, rename, fsync, then remove the hot copy.");
 ABSL_FLAG(absl::Duration, stale_temp_age, absl::Hours(1),
           "Remove .tmp-/.trash- entries (abandoned saves and removals) untouched for this long.");
+ABSL_FLAG(bool, compact, true,
+          "Rewrite a kept delta as a full checkpoint when that frees more bytes than it writes, "
+          "so that its bases can go; and write a delta that moves to --cold_dir while its base "
+          "stays as a full checkpoint there. false: kept deltas keep every base, and a delta "
+          "whose base stays stays too.");
 ABSL_FLAG(bool, dry_run, false, "Print the plan; change nothing.");
 ABSL_FLAG(bool, json, false, "One JSON object per action instead of text.");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ckpt-retain --root DIR [--keep_last N] [--keep_every K] [--keep_newer_than D] "
-      "[--cold_dir DIR] [--dry_run] [--json]\n"
-      "Always kept: the newest checkpoint, the one LATEST names, and every base a kept delta "
-      "needs. Exit codes: 0 done, 1 some action failed, 2 usage error, 3 ROOT or --cold-dir "
+      "[--cold_dir DIR] [--compact=false] [--dry_run] [--json]\n"
+      "Always kept: the newest checkpoint and the one LATEST names, with their whole chains; a "
+      "kept delta is compacted into a full checkpoint, or keeps its bases. Exit codes: 0 done, 1 some action failed, 2 usage error, 3 ROOT or --cold-dir "
       "missing, 4 another ckpt-retain is running or other error.");
   absl::ParseCommandLine(argc, argv);
   auto fail = [](int code, const std::string& message) {
@@ -42,7 +49,11 @@ int main(int argc, char** argv) {
   policy.keep_newer_than = absl::GetFlag(FLAGS_keep_newer_than);
   policy.cold_dir = absl::GetFlag(FLAGS_cold_dir);
   policy.stale_temp_age = absl::GetFlag(FLAGS_stale_temp_age);
+  policy.compact = absl::GetFlag(FLAGS_compact);
   policy.dry_run = absl::GetFlag(FLAGS_dry_run);
+  // The library logs each compaction's I/O choices at info level to stderr;
+  // keep that out of JSON output that cron may append stderr to.
+  if (absl::GetFlag(FLAGS_json)) setenv("CKPT_LOG", "warning", /*overwrite=*/0);
   if (root.empty()) return fail(2, "--root DIR is required");
   if (policy.keep_last < 0 || policy.keep_every < 0 || policy.keep_newer_than < absl::ZeroDuration()) {
     return fail(2, "--keep_last, --keep_every and --keep_newer_than must not be negative");

@@ -19,6 +19,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "ckpt/catalog.h"
+#include "ckpt/compact.h"
+#include "retention_plan.h"
 
 namespace ckpt::tools {
 namespace {
@@ -78,9 +80,9 @@ absl::Status RemoveCheckpointDir(const std::string& root, const std::string& nam
 absl::Status CopyToCold(const std::string& root, const std::string& name, const std::string& cold) {
   const std::string src = root + "/" + name;
   const std::string final_dir = cold + "/" + name;
-  if (fs::exists(final_dir)) return absl::AlreadyExistsError(final_dir + " already exists");
-  const std::string temp = absl::StrCat(cold, "/.tmp-", name, "-", Nonce());
   std::error_code ec;
+  if (fs::exists(final_dir, ec)) return absl::AlreadyExistsError(final_dir + " already exists");
+  const std::string temp = absl::StrCat(cold, "/.tmp-", name, "-", Nonce());
   fs::create_directory(temp, ec);
   if (ec) return absl::InternalError(absl::StrCat("mkdir ", temp, ": ", ec.message()));
   absl::Status status;
@@ -103,12 +105,140 @@ absl::Status CopyToCold(const std::string& root, const std::string& name, const 
   return status;
 }
 
+// Whether `cold` already holds checkpoint `hot` complete -- a copy (the same
+// manifest) or its compaction -- as an interrupted earlier run leaves it: a
+// directory appears there under its final name only once complete.
+absl::StatusOr<bool> AlreadyInCold(const std::string& cold, const CheckpointSummary& hot) {
+  auto there = SummarizeCheckpoint(cold, hot.step);
+  if (!there.ok()) {
+    if (absl::IsNotFound(there.status())) return false;
+    return there.status();
+  }
+  const std::string dir = cold + "/" + StepDirName(hot.step);
+  if (!there->manifest_status.ok()) {
+    return absl::AlreadyExistsError(absl::StrCat(dir, " already exists and is damaged: ",
+                                                 there->manifest_status.message()));
+  }
+  if (there->manifest_xxh3 == hot.manifest_xxh3 ||
+      (there->compacted && there->compacted_from_manifest_xxh3 == hot.manifest_xxh3)) {
+    return true;
+  }
+  return absl::AlreadyExistsError(dir + " already exists and holds another checkpoint");
+}
+
+// Moves checkpoint `hot` to `cold` (as it is, or with `compact` as a full
+// checkpoint), then removes it from `root`.
+absl::Status MoveToCold(const std::string& root, const CheckpointSummary& hot, const std::string& cold,
+                        bool compact) {
+  const std::string name = StepDirName(hot.step);
+  auto there = AlreadyInCold(cold, hot);
+  if (!there.ok()) return there.status();
+  if (!*there) {
+    if (compact) {
+      CompactOptions options;
+      options.target_root = cold;
+      auto stats = CompactToFull(root, hot.step, options);
+      if (!stats.ok()) return stats.status();
+    } else if (absl::Status s = CopyToCold(root, name, cold); !s.ok()) {
+      return s;
+    }
+  }
+  return RemoveCheckpointDir(root, name);
+}
+
+// The stale `.tmp-`, `.trash-` and probe entries of `root`.
+std::vector<RetentionAction> StaleEntries(const std::string& root, absl::Duration max_age, absl::Time now) {
+  std::vector<RetentionAction> actions;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::StartsWith(name, ".tmp-") && !absl::StartsWith(name, ".trash-") &&
+        !absl::StartsWith(name, ".ckpt-direct-probe-")) {
+      continue;
+    }
+    // A save in progress keeps writing inside its temp dir: its age is that
+    // of the most recently modified thing in it.
+    struct stat st;
+    if (::lstat(entry.path().c_str(), &st) != 0) continue;
+    int64_t newest = st.st_mtim.tv_sec;
+    if (entry.is_directory(ec)) {
+      for (const auto& inner : fs::directory_iterator(entry.path(), ec)) {
+        struct stat ist;
+        if (::lstat(inner.path().c_str(), &ist) == 0) newest = std::max<int64_t>(newest, ist.st_mtim.tv_sec);
+      }
+    }
+    const absl::Duration age = now - absl::FromUnixSeconds(newest);
+    if (age >= max_age) {
+      actions.push_back({RetentionAction::Kind::kRemoveStale, name, -1,
+                         absl::StrCat("untouched for ", absl::FormatDuration(absl::Trunc(age, absl::Seconds(1)))),
+                         false, ""});
+    }
+  }
+  return actions;
+}
+
+// Carries out `plan`: compactions first (a failed one keeps the bases it
+// would have freed), then what leaves ROOT, oldest first (a base that fails
+// to leave stays hot, which its dependants' way out takes into account).
+void Execute(const std::string& root, const RetentionPolicy& policy, RetentionPlan& plan,
+             std::map<int64_t, RetentionAction>& actions) {
+  using Kind = RetentionAction::Kind;
+  auto& steps = plan.steps();
+  for (auto& [step, planned] : steps) {
+    if (planned.kind != Kind::kCompact) continue;
+    RetentionAction& a = actions[step];
+    auto stats = CompactToFull(root, step);
+    a.done = stats.ok();
+    if (stats.ok()) continue;
+    a.error = std::string(stats.status().message());
+    for (int64_t base : planned.frees) {
+      const std::string why = absl::StrCat("base of kept delta ", step, ", whose compaction failed");
+      steps[base] = PlannedStep{Kind::kKeep, why, {}};
+      actions[base] = {Kind::kKeep, StepDirName(base), base, why, true, ""};
+    }
+  }
+  std::set<int64_t> stayed;  // failed to leave
+  auto stays_hot = [&](int64_t step) {
+    if (stayed.count(step) != 0) return true;
+    auto it = steps.find(step);
+    return it != steps.end() &&
+           (it->second.kind == Kind::kKeep || it->second.kind == Kind::kCompact ||
+            it->second.kind == Kind::kSkipDamaged);
+  };
+  for (auto& [step, planned] : steps) {
+    if (planned.kind == Kind::kMove || planned.kind == Kind::kCompactMove) {
+      planned = plan.Leave(step, stays_hot);  // a base may have failed to leave
+    }
+    RetentionAction& a = actions[step];
+    a.kind = planned.kind;
+    a.reason = planned.reason;
+    const CheckpointSummary* summary = plan.Find(step);
+    absl::Status s;
+    switch (planned.kind) {
+      case Kind::kKeep: a.done = true; continue;
+      case Kind::kDelete: s = RemoveCheckpointDir(root, a.name); break;
+      case Kind::kMove:
+      case Kind::kCompactMove:
+        s = MoveToCold(root, *summary, policy.cold_dir, planned.kind == Kind::kCompactMove);
+        break;
+      default: continue;
+    }
+    a.done = s.ok();
+    if (!s.ok()) {
+      a.error = std::string(s.message());
+      stayed.insert(step);
+    }
+  }
+}
+
 }  // namespace
 
 const char* ActionName(RetentionAction::Kind kind) {
   switch (kind) {
     case RetentionAction::Kind::kKeep: return "keep";
+    case RetentionAction::Kind::kCompact: return "compact";
     case RetentionAction::Kind::kMove: return "move";
+    case RetentionAction::Kind::kCompactMove: return "compact-move";
     case RetentionAction::Kind::kDelete: return "delete";
     case RetentionAction::Kind::kRemoveStale: return "remove-stale";
     case RetentionAction::Kind::kSkipDamaged: return "skip-damaged";
@@ -133,7 +263,8 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
           "--cold_dir ", policy.cold_dir, " must be a different directory, not inside or around ", root));
     }
   }
-  // One job at a time per root.
+  // One job at a time per root: everything below, compactions included,
+  // happens under this lock.
   const std::string lock_path = root + "/.ckpt-retain.lock";
   int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock < 0) return Errno("open " + lock_path);
@@ -143,107 +274,38 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   }
   struct Unlock { int fd; ~Unlock() { ::flock(fd, LOCK_UN); ::close(fd); } } unlock{lock};
 
+  if (!policy.dry_run) {
+    // A compaction that fell back to two renames and was interrupted between
+    // them: put its checkpoint back before anything is listed.
+    if (absl::Status s = FinishInterruptedCompactions(root); !s.ok()) return s;
+  }
   auto listed = ListCheckpoints(root);
   if (!listed.ok()) return listed.status();
-  auto names = fs::directory_iterator(root, ec);
-  if (ec) return absl::InternalError(absl::StrCat("list ", root, ": ", ec.message()));
-  bool looks_like_root = fs::exists(root + "/LATEST") || !listed->empty();
+  bool looks_like_root = fs::exists(root + "/LATEST", ec) || !listed->empty();
   if (!looks_like_root) {
     return absl::FailedPreconditionError(absl::StrCat(root, " holds no checkpoints and no LATEST: not a checkpoint root"));
   }
-
-  std::map<int64_t, const CheckpointSummary*> by_step;
-  for (const CheckpointSummary& s : *listed) by_step[s.step] = &s;
-  std::map<int64_t, std::string> keep;  // step -> reason
   auto hint = ReadLatestHint(root);
-  if (!by_step.empty()) keep[by_step.rbegin()->first] = "newest";
-  if (hint.ok() && hint->has_value()) keep.emplace(**hint, "named by LATEST");
-  int counted = 0;
   const absl::Time now = absl::Now();
-  for (auto it = by_step.rbegin(); it != by_step.rend(); ++it) {
-    const int64_t step = it->first;
-    if (counted++ < policy.keep_last) keep.emplace(step, absl::StrCat("among the last ", policy.keep_last));
-    if (policy.keep_every > 0 && step % policy.keep_every == 0) {
-      keep.emplace(step, absl::StrCat("every ", policy.keep_every, "th step"));
-    }
-    if (policy.keep_newer_than > absl::ZeroDuration() && it->second->manifest_status.ok() &&
-        now - absl::FromUnixNanos(it->second->created_unix_ns) < policy.keep_newer_than) {
-      keep.emplace(step, "newer than " + absl::FormatDuration(policy.keep_newer_than));
+  RetentionPlan plan(*listed, hint.ok() ? *hint : std::nullopt, policy, now);
+  std::map<int64_t, RetentionAction> actions;
+  for (const auto& [step, planned] : plan.steps()) {
+    actions[step] = {planned.kind, StepDirName(step), step, planned.reason,
+                     planned.kind == RetentionAction::Kind::kKeep, ""};
+  }
+  std::vector<RetentionAction> stale = StaleEntries(root, policy.stale_temp_age, now);
+  if (!policy.dry_run) {
+    Execute(root, policy, plan, actions);
+    for (RetentionAction& a : stale) {
+      fs::remove_all(root + "/" + a.name, ec);
+      a.done = !ec;
+      if (ec) a.error = ec.message();
     }
   }
-  // Chains: every kept delta keeps its bases.
-  std::vector<int64_t> work;
-  for (const auto& [step, reason] : keep) work.push_back(step);
-  while (!work.empty()) {
-    const int64_t step = work.back();
-    work.pop_back();
-    auto it = by_step.find(step);
-    if (it == by_step.end() || it->second->kind != "delta") continue;
-    const int64_t base = it->second->base_step;
-    if (keep.emplace(base, absl::StrCat("base of kept delta ", step)).second) work.push_back(base);
-  }
-
-  std::vector<RetentionAction> actions;
-  for (const auto& [step, summary] : by_step) {
-    const std::string name = StepDirName(step);
-    if (auto k = keep.find(step); k != keep.end()) {
-      actions.push_back({RetentionAction::Kind::kKeep, name, step, k->second, true, ""});
-    } else if (!summary->manifest_status.ok()) {
-      actions.push_back({RetentionAction::Kind::kSkipDamaged, name, step,
-                         std::string(summary->manifest_status.message()), false, ""});
-    } else {
-      actions.push_back({policy.cold_dir.empty() ? RetentionAction::Kind::kDelete
-                                                 : RetentionAction::Kind::kMove,
-                         name, step, "no rule keeps it", false, ""});
-    }
-  }
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!absl::StartsWith(name, ".tmp-") && !absl::StartsWith(name, ".trash-") &&
-        !absl::StartsWith(name, ".ckpt-direct-probe-")) {
-      continue;
-    }
-    // A save in progress keeps writing inside its temp dir: its age is that
-    // of the most recently modified thing in it.
-    struct stat st;
-    if (::lstat(entry.path().c_str(), &st) != 0) continue;
-    int64_t newest = st.st_mtim.tv_sec;
-    if (entry.is_directory(ec)) {
-      for (const auto& inner : fs::directory_iterator(entry.path(), ec)) {
-        struct stat ist;
-        if (::lstat(inner.path().c_str(), &ist) == 0) newest = std::max<int64_t>(newest, ist.st_mtim.tv_sec);
-      }
-    }
-    const absl::Duration age = now - absl::FromUnixSeconds(newest);
-    if (age >= policy.stale_temp_age) {
-      actions.push_back({RetentionAction::Kind::kRemoveStale, name, -1,
-                         absl::StrCat("untouched for ", absl::FormatDuration(absl::Trunc(age, absl::Seconds(1)))),
-                         false, ""});
-    }
-  }
-  if (policy.dry_run) return actions;
-  // Oldest first, so a base leaves the hot tier before its dependants.
-  for (RetentionAction& a : actions) {
-    absl::Status s;
-    switch (a.kind) {
-      case RetentionAction::Kind::kMove:
-        s = CopyToCold(root, a.name, policy.cold_dir);
-        if (s.ok()) s = RemoveCheckpointDir(root, a.name);
-        break;
-      case RetentionAction::Kind::kDelete:
-        s = RemoveCheckpointDir(root, a.name);
-        break;
-      case RetentionAction::Kind::kRemoveStale:
-        fs::remove_all(root + "/" + a.name, ec);
-        if (ec) s = absl::InternalError(ec.message());
-        break;
-      default:
-        continue;
-    }
-    a.done = s.ok();
-    if (!s.ok()) a.error = std::string(s.message());
-  }
-  return actions;
+  std::vector<RetentionAction> result;
+  for (auto& [step, a] : actions) result.push_back(std::move(a));
+  for (RetentionAction& a : stale) result.push_back(std::move(a));
+  return result;
 }
 
 }  // namespace ckpt::tools

@@ -1,6 +1,6 @@
 // The retention/tiering job behind `ckpt-retain`: which checkpoints of a root
 // to keep, and moving or deleting the rest without ever breaking a delta chain
-// or disturbing a writer.
+// or disturbing a writer. See docs/retention.md.
 #ifndef CKPT_TOOLS_RETENTION_H_
 #define CKPT_TOOLS_RETENTION_H_
 
@@ -19,11 +19,25 @@ struct RetentionPolicy {
   absl::Duration keep_newer_than = absl::ZeroDuration();  // created within this
   std::string cold_dir;                            // move instead of delete
   absl::Duration stale_temp_age = absl::Hours(1);  // .tmp-/.trash- entries older than this go
+  // Rewrite a kept delta as a full checkpoint (`ckpt::CompactToFull`) when
+  // that frees more bytes than it writes, so that its bases can go; and write
+  // a delta moving to `cold_dir` whose base stays hot as a full checkpoint
+  // there. With false, a kept delta keeps all its bases, and a delta whose
+  // base stays hot stays hot too.
+  bool compact = true;
   bool dry_run = false;
 };
 
 struct RetentionAction {
-  enum class Kind { kKeep, kMove, kDelete, kRemoveStale, kSkipDamaged };
+  enum class Kind {
+    kKeep,
+    kCompact,      // kept, and rewritten in place as a full checkpoint
+    kMove,         // copied to the cold dir as is, then removed
+    kCompactMove,  // written to the cold dir as a full checkpoint, then removed
+    kDelete,
+    kRemoveStale,
+    kSkipDamaged,
+  };
   Kind kind;
   std::string name;    // entry in ROOT
   int64_t step = -1;   // -1 for stale entries
@@ -35,14 +49,21 @@ struct RetentionAction {
 const char* ActionName(RetentionAction::Kind kind);
 
 // Plans (and unless `dry_run`, carries out) retention over `root`, holding
-// an exclusive flock on ROOT/.ckpt-retain.lock meanwhile. Always kept: the
-// newest step, the step ROOT/LATEST names, every step a rule keeps, and every
-// base that a kept delta needs (transitively), so no chain is ever broken.
-// Damaged checkpoints are left alone and reported. Removal renames the
-// directory to a `.trash-` name and fsyncs ROOT before deleting, so a
-// half-removed checkpoint is never seen as complete. Moving copies to
-// `cold_dir` under a temp name, fsyncs, compares every file's XXH3 with the
-// source, renames into place and fsyncs before the hot copy is removed.
+// an exclusive flock on ROOT/.ckpt-retain.lock meanwhile (a second job on the
+// same root gets kUnavailable). Always kept: the newest step and the step
+// ROOT/LATEST names, each with its whole delta chain (never compacted: a
+// restore of it, or the writer, may be using it), and every step a rule
+// keeps. A kept delta whose chain reaches steps no rule keeps is compacted
+// (see `RetentionPolicy::compact`) or keeps those bases; no chain is ever
+// broken, in ROOT or in the cold tier. Damaged checkpoints are left alone and
+// reported. Order: interrupted compactions are finished first, then kept
+// deltas are compacted (oldest first; if one fails, its bases are kept),
+// then the rest is moved or deleted oldest first, then stale entries go.
+// Removal renames the directory to a `.trash-` name and fsyncs ROOT before
+// deleting, so a half-removed checkpoint is never seen as complete. Moving
+// copies to `cold_dir` under a temp name, fsyncs, compares every file's XXH3
+// with the source, renames into place and fsyncs before the hot copy is
+// removed; a cold copy left complete by an interrupted run is recognised.
 absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& root,
                                                           const RetentionPolicy& policy);
 

@@ -30,37 +30,59 @@ absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& root,
   return steps;
 }
 
+namespace {
+
+CheckpointSummary Summarize(FileSystem& fs, IoQueue& queue, const std::string& root, int64_t step) {
+  CheckpointSummary s;
+  s.step = step;
+  s.dir = internal::JoinPath(root, internal::CheckpointDirName(step));
+  auto manifest = internal::LoadManifest(fs, queue, s.dir, step);
+  if (!manifest.ok()) {
+    s.manifest_status = manifest.status();
+    return s;
+  }
+  s.kind = manifest->kind;
+  s.base_step = manifest->base_step;
+  s.delta_mode = manifest->delta_mode;
+  for (const TensorInfo& t : manifest->tensors) {
+    s.max_error_bound = std::max(s.max_error_bound, t.error_bound);
+  }
+  s.tensor_bytes = manifest->tensor_bytes();
+  s.file_bytes = manifest->shard_bytes();
+  auto mstat = fs.Stat(internal::JoinPath(s.dir, internal::kManifestName));
+  if (mstat.ok()) s.file_bytes += mstat->size;
+  s.tensor_count = manifest->tensors.size();
+  s.shard_count = manifest->shards.size();
+  s.created_unix_ns = manifest->created_unix_ns;
+  s.manifest_xxh3 = manifest->manifest_xxh3;
+  s.compacted = manifest->compacted;
+  s.compacted_from_manifest_xxh3 = manifest->compacted_from_manifest_xxh3;
+  return s;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string& root,
                                                                std::shared_ptr<FileSystem> fs) {
   if (fs == nullptr) fs = PosixFileSystem();
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, fs->NewIoQueue(IoQueueKind::kThreads, 1));
   std::vector<CheckpointSummary> summaries;
-  for (int64_t step : steps) {
-    CheckpointSummary s;
-    s.step = step;
-    s.dir = internal::JoinPath(root, internal::CheckpointDirName(step));
-    auto manifest = internal::LoadManifest(*fs, *queue, s.dir, step);
-    if (!manifest.ok()) {
-      s.manifest_status = manifest.status();
-    } else {
-      s.kind = manifest->kind;
-      s.base_step = manifest->base_step;
-      s.delta_mode = manifest->delta_mode;
-      for (const TensorInfo& t : manifest->tensors) {
-        s.max_error_bound = std::max(s.max_error_bound, t.error_bound);
-      }
-      s.tensor_bytes = manifest->tensor_bytes();
-      s.file_bytes = manifest->shard_bytes();
-      auto mstat = fs->Stat(internal::JoinPath(s.dir, internal::kManifestName));
-      if (mstat.ok()) s.file_bytes += mstat->size;
-      s.tensor_count = manifest->tensors.size();
-      s.shard_count = manifest->shards.size();
-      s.created_unix_ns = manifest->created_unix_ns;
-    }
-    summaries.push_back(std::move(s));
-  }
+  for (int64_t step : steps) summaries.push_back(Summarize(*fs, *queue, root, step));
   return summaries;
+}
+
+absl::StatusOr<CheckpointSummary> SummarizeCheckpoint(const std::string& root, int64_t step,
+                                                      std::shared_ptr<FileSystem> fs) {
+  if (fs == nullptr) fs = PosixFileSystem();
+  const std::string dir = internal::JoinPath(root, internal::CheckpointDirName(step));
+  auto stat = fs->Stat(dir);
+  if (!stat.ok()) return stat.status();
+  if (!stat->is_directory) {
+    return absl::NotFoundError(absl::StrCat(dir, " is not a checkpoint directory"));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, fs->NewIoQueue(IoQueueKind::kThreads, 1));
+  return Summarize(*fs, *queue, root, step);
 }
 
 absl::StatusOr<std::optional<int64_t>> ReadLatestHint(const std::string& root,

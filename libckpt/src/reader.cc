@@ -524,7 +524,9 @@ absl::StatusOr<std::vector<Link>> LoadChain(FileSystem& fs, IoQueue& queue, cons
       }
       return manifest.status();
     }
-    if (check_hash && manifest->manifest_xxh3 != expected_hash) {
+    // A base rewritten by compaction still matches: it names the checksum
+    // of the delta it replaced (its values are the same).
+    if (check_hash && !manifest->MatchesBaseHash(expected_hash)) {
       return absl::DataLossError(absl::StrCat(
           "base checkpoint step ", next, " of delta step ", chain.back().manifest.step,
           " is not the one the delta was written against (manifest checksum ",

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ckpt/compact.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
 
@@ -20,5 +21,8 @@ int main(int argc, char** argv) {
   std::vector<float> back(3);
   ckpt::ReadTarget target{"layer.w", back.data(), back.size() * sizeof(float)};
   if (!(*reader)->ReadInto({&target, 1}).ok()) return 1;
-  return std::memcmp(back.data(), w.data(), sizeof(float) * 3) == 0 ? 0 : 1;
+  if (std::memcmp(back.data(), w.data(), sizeof(float) * 3) != 0) return 1;
+  // Compaction is installed too (a full checkpoint has nothing to compact).
+  auto compacted = ckpt::CompactToFull(argv[1], 7);
+  return compacted.status().code() == absl::StatusCode::kFailedPrecondition ? 0 : 1;
 }

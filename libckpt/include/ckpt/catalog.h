@@ -30,6 +30,11 @@ struct CheckpointSummary {
   size_t tensor_count = 0;
   size_t shard_count = 0;
   int64_t created_unix_ns = 0;
+  uint64_t manifest_xxh3 = 0;  // the manifest's own checksum
+  // A full checkpoint written by compaction (see ckpt/compact.h) in place of
+  // a delta whose manifest checksum was `compacted_from_manifest_xxh3`.
+  bool compacted = false;
+  uint64_t compacted_from_manifest_xxh3 = 0;
 };
 
 // Steps of the committed checkpoint directories in `root`, ascending. Temp
@@ -40,6 +45,12 @@ absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& root,
 // Summaries of every committed checkpoint in `root`, ascending by step.
 absl::StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(
     const std::string& root, std::shared_ptr<FileSystem> fs = nullptr);
+
+// The summary of checkpoint `step` of `root` alone (its manifest is read and
+// checked; a damaged one is reported in `manifest_status`). kNotFound if
+// there is no such checkpoint directory.
+absl::StatusOr<CheckpointSummary> SummarizeCheckpoint(const std::string& root, int64_t step,
+                                                      std::shared_ptr<FileSystem> fs = nullptr);
 
 // The step named by ROOT/LATEST, if that file exists and parses. A hint only:
 // readers scan the directories and verify.

@@ -135,6 +135,12 @@ class FileSystem {
   virtual absl::Status RemoveDir(const std::string& path) = 0;
   virtual absl::Status Rename(const std::string& from, const std::string& to,
                               RenameMode mode) = 0;
+  // renameat2(RENAME_EXCHANGE): atomically swaps the entries `a` and `b`
+  // (both must exist; either may be a directory). kUnimplemented where the
+  // file system or kernel cannot (EINVAL, ENOSYS, EOPNOTSUPP) -- callers then
+  // fall back to two renames -- and by default, for implementations that
+  // predate it.
+  virtual absl::Status Exchange(const std::string& a, const std::string& b);
   // Makes the entries of directory `path` durable (open + fsync + close).
   virtual absl::Status SyncDir(const std::string& path) = 0;
   // Names in `path`, without "." and "..", unsorted.

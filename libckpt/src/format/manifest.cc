@@ -140,6 +140,12 @@ absl::StatusOr<std::string> SerializeManifest(Manifest* manifest) {
     j["base"] = {{"step", m.base_step}, {"manifest_xxh3", HashToHex(m.base_manifest_xxh3)}};
     j["delta_mode"] = m.delta_mode;
   }
+  if (m.compacted) {
+    j["compacted_from"] = {{"manifest_xxh3", HashToHex(m.compacted_from_manifest_xxh3)},
+                           {"base_step", m.compacted_from_base_step},
+                           {"delta_mode", m.compacted_from_delta_mode},
+                           {"compacted_unix_ns", m.compacted_unix_ns}};
+  }
   j["created_unix_ns"] = m.created_unix_ns;
   j["writer"] = m.writer;
   j["alignment"] = m.alignment;
@@ -227,6 +233,20 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
     }
   } else if (m.kind != "full") {
     return Corrupt(path, absl::StrCat("unknown kind \"", m.kind, "\""));
+  }
+  if (auto from = j.find("compacted_from"); from != j.end()) {
+    if (m.kind != "full" || !from->is_object()) {
+      return Corrupt(path, "compacted_from is not an object of a full checkpoint");
+    }
+    std::string hash;
+    CKPT_GET(*from, "manifest_xxh3", &hash);
+    auto parsed_hash = HashFromHex(hash);
+    if (!parsed_hash.ok()) return Corrupt(path, parsed_hash.status().message());
+    m.compacted = true;
+    m.compacted_from_manifest_xxh3 = *parsed_hash;
+    CKPT_GET(*from, "base_step", &m.compacted_from_base_step);
+    CKPT_GET(*from, "delta_mode", &m.compacted_from_delta_mode);
+    CKPT_GET(*from, "compacted_unix_ns", &m.compacted_unix_ns);
   }
   CKPT_GET(j, "created_unix_ns", &m.created_unix_ns);
   CKPT_GET(j, "writer", &m.writer);

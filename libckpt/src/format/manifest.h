@@ -34,6 +34,14 @@ struct Manifest {
   int64_t base_step = -1;
   uint64_t base_manifest_xxh3 = 0;
   std::string delta_mode;  // "exact" or "topk" for a delta
+  // For a full checkpoint written by compaction (`CompactToFull`): the delta
+  // it replaced. Deltas written against that delta name its manifest
+  // checksum as their base's, which readers accept in place of this one's.
+  bool compacted = false;
+  uint64_t compacted_from_manifest_xxh3 = 0;
+  int64_t compacted_from_base_step = -1;
+  std::string compacted_from_delta_mode;
+  int64_t compacted_unix_ns = 0;
   // This manifest's own checksum (set by Serialize/Parse).
   uint64_t manifest_xxh3 = 0;
   int64_t created_unix_ns = 0;
@@ -42,6 +50,12 @@ struct Manifest {
   std::string extras_json = "{}";  // a JSON object
   std::vector<ShardInfo> shards;
   std::vector<TensorInfo> tensors;
+
+  // True if a delta whose base manifest checksum is `hash` may apply to this
+  // checkpoint: `hash` is this manifest's, or that of the delta it compacts.
+  bool MatchesBaseHash(uint64_t hash) const {
+    return manifest_xxh3 == hash || (compacted && compacted_from_manifest_xxh3 == hash);
+  }
 
   uint64_t tensor_bytes() const;
   uint64_t shard_bytes() const;

@@ -136,6 +136,19 @@ class PosixFileSystemImpl final : public FileSystem {
     return absl::OkStatus();
   }
 
+  absl::Status Exchange(const std::string& a, const std::string& b) override {
+    if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) {
+      return absl::OkStatus();
+    }
+    const int error = errno;
+    const std::string context = absl::StrCat("exchange ", a, " and ", b);
+    if (error == EINVAL || error == ENOSYS || error == EOPNOTSUPP) {
+      return absl::UnimplementedError(absl::StrCat(
+          context, ": RENAME_EXCHANGE is not supported here (", internal::ErrnoName(error), ")"));
+    }
+    return ErrnoToStatus(error, context);
+  }
+
   absl::Status SyncDir(const std::string& path) override {
     int fd;
     do fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -184,6 +197,11 @@ class PosixFileSystemImpl final : public FileSystem {
 };
 
 }  // namespace
+
+absl::Status FileSystem::Exchange(const std::string& a, const std::string& b) {
+  return absl::UnimplementedError(
+      absl::StrCat("exchange ", a, " and ", b, ": file system \"", name(), "\" cannot"));
+}
 
 std::shared_ptr<FileSystem> PosixFileSystem() {
   static const std::shared_ptr<FileSystem> fs = std::make_shared<PosixFileSystemImpl>();

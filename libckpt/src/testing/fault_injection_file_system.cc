@@ -153,6 +153,13 @@ class DurabilityLog {
     entries_.back().shadow = std::move(shadow);
   }
 
+  // `a` and `b` swapped places: paths under each now live under the other.
+  void Exchanged(const std::string& a, const std::string& b) {
+    std::string x = Normalize(a), y = Normalize(b);
+    SwapAll(x, y, entries_.size());
+    AddEntry(Entry::Kind::kExchange, x, y, Replaced{});
+  }
+
   void DirSynced(const std::string& path) {
     std::string d = Normalize(path);
     for (Entry& e : entries_) std::erase(e.pending, d);
@@ -168,6 +175,13 @@ class DurabilityLog {
       Entry e = std::move(entries_[i]);
       entries_.resize(i);  // later rekeys touch earlier entries only
       if (IsShadow(e.path) || !base_->Stat(e.path).ok()) continue;
+      if (e.kind == Entry::Kind::kExchange) {
+        if (IsShadow(e.from) || !base_->Stat(e.from).ok()) continue;
+        absl::Status status = base_->Exchange(e.path, e.from);
+        note(status);
+        if (status.ok()) SwapAll(e.path, e.from, entries_.size());
+        continue;
+      }
       if (e.kind == Entry::Kind::kCreate) {
         note(RemoveTree(e.path));
         ForgetFiles(e.path);
@@ -193,9 +207,9 @@ class DurabilityLog {
 
  private:
   struct Entry {
-    enum class Kind : uint8_t { kCreate, kRename } kind = Kind::kCreate;
-    std::string path;                  // the created entry, or the rename's target
-    std::string from;                  // the rename's source
+    enum class Kind : uint8_t { kCreate, kRename, kExchange } kind = Kind::kCreate;
+    std::string path;                  // the created entry, the rename's target, or one exchanged
+    std::string from;                  // the rename's source, or the other one exchanged
     std::string shadow;                // where paths under the replaced target went
     std::vector<std::string> pending;  // directories whose SyncDir it awaits
     Replaced replaced;
@@ -208,7 +222,7 @@ class DurabilityLog {
     e.from = std::move(from);
     e.replaced = std::move(replaced);
     e.pending = {Parent(e.path)};
-    if (kind == Entry::Kind::kRename && Parent(e.from) != e.pending[0]) {
+    if (kind != Entry::Kind::kCreate && Parent(e.from) != e.pending[0]) {
       e.pending.push_back(Parent(e.from));
     }
     ++next_id_;
@@ -225,6 +239,14 @@ class DurabilityLog {
       for (std::string& dir : e.pending) Rekey(dir, from, to);
     }
     for (const auto& file : files_) Rekey(file->path, from, to);
+  }
+
+  // Swaps the paths under `a` with those under `b`, as `RekeyAll` does.
+  void SwapAll(const std::string& a, const std::string& b, size_t end) {
+    const std::string parked = absl::StrCat(std::string(1, kShadowMark), "swap:", next_id_++);
+    RekeyAll(a, parked, end);
+    RekeyAll(b, a, end);
+    RekeyAll(parked, b, end);
   }
 
   void ForgetFiles(const std::string& path) {
@@ -332,6 +354,7 @@ class FaultInjectionFileSystem::State {
   std::vector<std::string> recorded_ ABSL_GUARDED_BY(mu_);
   std::string first_injected_ ABSL_GUARDED_BY(mu_);
   absl::Duration io_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  bool exchange_supported_ ABSL_GUARDED_BY(mu_) = true;
   fault_internal::DurabilityLog log_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -556,6 +579,11 @@ void FaultInjectionFileSystem::SetIoDelay(absl::Duration delay) {
   state_->io_delay_ = delay;
 }
 
+void FaultInjectionFileSystem::SetExchangeSupported(bool supported) {
+  internal::MutexLock lock(&state_->mu_);
+  state_->exchange_supported_ = supported;
+}
+
 absl::Status FaultInjectionFileSystem::DropUnsyncedData() {
   internal::MutexLock lock(&state_->mu_);
   return state_->log_.DropUnsynced();
@@ -622,6 +650,22 @@ absl::Status FaultInjectionFileSystem::Rename(const std::string& from, const std
   if (!status.ok()) return status;
   internal::MutexLock lock(&state_->mu_);
   state_->log_.Renamed(from, to, std::move(replaced));
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjectionFileSystem::Exchange(const std::string& a, const std::string& b) {
+  const std::string what = absl::StrCat("exchange ", a, " and ", b);
+  CKPT_FAULT_CHECK(*state_, what);
+  {
+    internal::MutexLock lock(&state_->mu_);
+    if (!state_->exchange_supported_) {
+      return absl::UnimplementedError(absl::StrCat(what, ": RENAME_EXCHANGE is not supported (simulated)"));
+    }
+  }
+  absl::Status status = base_->Exchange(a, b);
+  if (!status.ok()) return status;
+  internal::MutexLock lock(&state_->mu_);
+  state_->log_.Exchanged(a, b);
   return absl::OkStatus();
 }
 

@@ -100,22 +100,28 @@ class FaultInjectionFileSystem final : public FileSystem {
   // Every `IoOp` waits `delay` before it starts (a slow disk). Zero disables.
   void SetIoDelay(absl::Duration delay);
 
+  // With `false`, `Exchange` fails (still counted) with kUnimplemented, as on
+  // a file system without RENAME_EXCHANGE. On by default (it then needs the
+  // base file system to support it).
+  void SetExchangeSupported(bool supported);
+
   // ---- Durability ----
 
   // Rolls the real tree back to what a power loss now would leave, then
   // forgets the history (what remains is taken as durable):
-  // - entries created (files, directories) and renames done through this file
-  //   system since their directory's last successful `SyncDir` are undone, in
-  //   reverse order: renames are renamed back (restoring a file that a
-  //   kReplace rename replaced), created entries are removed (recursively);
+  // - entries created (files, directories), renames and exchanges done
+  //   through this file system since their directory's last successful
+  //   `SyncDir` are undone, in reverse order: renames are renamed back
+  //   (restoring a file that a kReplace rename replaced), exchanges are
+  //   exchanged back, created entries are removed (recursively);
   // - every surviving file opened for writing through this file system is
   //   truncated to its size at its last successful `Sync` (0 if never synced;
   //   its size at open if it existed then and was not truncated).
   // Simplifications: `RemoveFile` and `RemoveDir` are durable at once; data
   // overwritten in place after a sync is not rolled back; a rename over an
   // existing directory, or over a file larger than 1 MiB, is undone without
-  // restoring what it replaced; a rename is durable once the directories of
-  // both its source and its target have been synced.
+  // restoring what it replaced; a rename (or an exchange) is durable once the
+  // directories of both its source and its target have been synced.
   // REQUIRES: nothing uses the file system concurrently (destroy the engine
   // first). Returns the first error met; it still undoes what it can.
   absl::Status DropUnsyncedData();
@@ -129,6 +135,7 @@ class FaultInjectionFileSystem final : public FileSystem {
   absl::Status RemoveFile(const std::string& path) override;
   absl::Status RemoveDir(const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to, RenameMode mode) override;
+  absl::Status Exchange(const std::string& a, const std::string& b) override;
   absl::Status SyncDir(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<FileStat> Stat(const std::string& path) override;
