@@ -44,6 +44,9 @@ uint64_t State::bytes() const {
 
 namespace {
 
+constexpr uint64_t kAlignment = 4096;  // O_DIRECT-friendly, like the engine's records
+uint64_t RoundUp(uint64_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; }
+
 struct Spec {
   std::string name;
   DType dtype;
@@ -55,49 +58,99 @@ struct Spec {
   }
 };
 
+uint64_t TotalBytes(const std::vector<Spec>& specs) {
+  uint64_t n = 0;
+  for (const Spec& s : specs) n += s.bytes();
+  return n;
+}
+
+// Lays `specs` out at 4 KiB-aligned offsets of one pre-faulted allocation
+// filled with splitmix64 output (cheap, non-repeating: incompressible, like
+// trained weights).
 State Materialize(const std::vector<Spec>& specs) {
   uint64_t total = 0;
-  for (const Spec& s : specs) total += (s.bytes() + 63) / 64 * 64;
+  for (const Spec& s : specs) total += RoundUp(s.bytes());
+  const Clock::time_point start = Clock::now();
   State state;
   auto memory = AlignedBytes::Allocate(total, /*prefault=*/true);
   if (!memory.ok()) Die(std::string(memory.status().ToString()));
   state.memory = std::move(*memory);
-  char* p = static_cast<char*>(state.memory.data());
-  uint64_t seed = 0x9E3779B97F4A7C15ull;
+  char* base = static_cast<char*>(state.memory.data());
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (uint64_t i = 0; i + 8 <= total; i += 8) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    std::memcpy(base + i, &z, 8);
+  }
+  uint64_t offset = 0;
   for (const Spec& s : specs) {
     const uint64_t n = s.bytes();
-    // Cheap, non-repeating contents (incompressible, like trained weights).
-    for (uint64_t i = 0; i + 8 <= n; i += 8) {
-      seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-      std::memcpy(p + i, &seed, 8);
-    }
-    state.views.push_back(TensorView{s.name, s.dtype, s.shape, p, n});
-    p += (n + 63) / 64 * 64;
+    // Padding between tensors stays zero.
+    std::memset(base + offset + n, 0, RoundUp(n) - n);
+    state.views.push_back(TensorView{s.name, s.dtype, s.shape, base + offset, n});
+    offset += RoundUp(n);
   }
+  Log("state", absl::StrCat(state.views.size(), " tensors, ", state.bytes(), " bytes (", total,
+                            " allocated), filled in ", Round(SecondsSince(start)), " s"));
   return state;
+}
+
+// The transformer-like tensors for hidden size `h` (see MakeTransformerState),
+// without the blob.
+std::vector<Spec> TransformerSpecs(int64_t h, int layers, int buffers) {
+  const int64_t vocab = 8 * h, ff = 4 * h;
+  std::vector<Spec> specs;
+  specs.push_back({"model.embed_tokens.weight", DType::kFloat32, {vocab, h}});
+  for (int i = 0; i < layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    specs.push_back({p + "input_layernorm.weight", DType::kFloat32, {h}});
+    for (const char* m : {"q", "k", "v", "o"}) {
+      specs.push_back({absl::StrCat(p, "self_attn.", m, "_proj.weight"), DType::kBFloat16, {h, h}});
+    }
+    for (const char* m : {"q", "k", "v"}) {
+      specs.push_back({absl::StrCat(p, "self_attn.", m, "_proj.bias"), DType::kFloat32, {h}});
+    }
+    specs.push_back({p + "post_attention_layernorm.weight", DType::kFloat32, {h}});
+    specs.push_back({p + "mlp.gate_proj.weight", DType::kBFloat16, {ff, h}});
+    specs.push_back({p + "mlp.up_proj.weight", DType::kBFloat16, {ff, h}});
+    specs.push_back({p + "mlp.down_proj.weight", DType::kBFloat16, {h, ff}});
+  }
+  specs.push_back({"model.norm.weight", DType::kFloat32, {h}});
+  specs.push_back({"lm_head.weight", DType::kBFloat16, {vocab, h}});
+  for (int j = 1; j <= buffers; ++j) {
+    specs.push_back({absl::StrCat("model.buffers.b", j), DType::kFloat32, {h / 2}});
+  }
+  return specs;
 }
 
 }  // namespace
 
 State MakeTransformerState(uint64_t bytes, int tensors) {
-  // Per layer: qkv, o, up, down (bf16 weights, 4h^2 + ... ) and two norms.
-  const int per_layer = 6;
-  const int layers = std::max(1, (tensors - 2) / per_layer);
-  // Bytes per layer ~ 2 * (3h^2 + h^2 + 4h^2 + 4h^2) = 24 h^2 (bf16).
-  const double h2 = static_cast<double>(bytes) / (layers * 24.0 + 2 * 8.0);
-  const int64_t h = std::max<int64_t>(64, static_cast<int64_t>(std::sqrt(h2)) / 64 * 64);
-  std::vector<Spec> specs;
-  specs.push_back({"model.embed_tokens.weight", DType::kFloat32, {4 * h, h}});
-  for (int l = 0; l < layers; ++l) {
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    specs.push_back({p + "self_attn.qkv_proj.weight", DType::kBFloat16, {3 * h, h}});
-    specs.push_back({p + "self_attn.o_proj.weight", DType::kBFloat16, {h, h}});
-    specs.push_back({p + "mlp.up_proj.weight", DType::kBFloat16, {4 * h, h}});
-    specs.push_back({p + "mlp.down_proj.weight", DType::kBFloat16, {h, 4 * h}});
-    specs.push_back({p + "input_layernorm.weight", DType::kFloat32, {h}});
-    specs.push_back({p + "post_attention_layernorm.weight", DType::kFloat32, {h}});
+  if (tensors < 4) Die(absl::StrCat("a transformer-like state needs >= 4 tensors, not ", tensors));
+  // embedding + 12 per layer + final norm + lm_head + buffers + blob.
+  const int layers = (tensors - 4) / 12;
+  const int buffers = tensors - 4 - 12 * layers;
+  auto total = [&](int64_t h) { return TotalBytes(TransformerSpecs(h, layers, buffers)); };
+  // The largest h (a multiple of 16) whose tensors leave room for a blob of
+  // at least one byte: total(lo) < bytes <= total(hi).
+  int64_t lo = 16;
+  if (total(lo) >= bytes) {
+    Die(absl::StrCat("a transformer-like state of ", tensors, " tensors needs more than ",
+                     total(lo), " bytes, not ", bytes));
   }
-  specs.push_back({"model.norm.weight", DType::kFloat32, {h}});
+  int64_t hi = 32;
+  while (total(hi) < bytes) hi *= 2;
+  while (hi - lo > 16) {
+    const int64_t mid = (lo + hi) / 2 / 16 * 16;
+    (total(mid) < bytes ? lo : hi) = mid;
+  }
+  std::vector<Spec> specs = TransformerSpecs(lo, layers, buffers);
+  const int64_t rest = static_cast<int64_t>(bytes - TotalBytes(specs));
+  specs.push_back({"extra_state.blob", DType::kUInt8, {rest}});
+  Log("state", absl::StrCat("transformer-like: ", layers, " layers, hidden ", lo, ", blob ", rest,
+                            " bytes"));
   return Materialize(specs);
 }
 

@@ -19,17 +19,27 @@ double Round(double x);  // to 4 significant decimals, for JSON
 void Log(const std::string& bench, const std::string& line);
 [[noreturn]] void Die(const std::string& line);
 
-// A synthetic state in one pre-faulted allocation; `views` point into it.
+// A synthetic state in one pre-faulted, 4 KiB-aligned allocation. Each of
+// `views` starts at a 4 KiB-aligned offset of `memory` (its bytes rounded up
+// to 4 KiB, zero padding in between), so `memory.size()` is the sum of the
+// rounded sizes. The contents are pseudo-random (incompressible).
 struct State {
   AlignedBytes memory;
   std::vector<TensorView> views;
-  uint64_t bytes() const;
+  uint64_t bytes() const;  // the views' bytes, padding excluded
 };
 
-// ~`bytes` over ~`tensors` tensors shaped like a transformer: an embedding,
-// then layers of attention/MLP weights (fp32 and bf16) and small norms.
+// Exactly `bytes` in exactly `tensors` tensors (>= 4) shaped like a
+// transformer with hidden size h: an fp32 embedding (8h x h); layers of bf16
+// q/k/v/o (h x h) and gate/up/down (4h x h, h x 4h) weights with fp32 norms
+// and q/k/v biases (12 tensors each); an fp32 final norm; a bf16 `lm_head`
+// (8h x h); fp32 buffers (h/2) filling up the count; and one uint8 blob that
+// makes the total exact (so sizes are not all 4 KiB multiples). h is the
+// largest multiple of 16 that leaves room for the blob. Dies if `bytes` is
+// too small for h = 16.
 State MakeTransformerState(uint64_t bytes, int tensors);
-// `bytes` split evenly over `tensors` fp32 tensors, 10 per module.
+// `bytes / tensors` rounded down to whole fp32 elements, in each of
+// `tensors` fp32 tensors, 10 per module.
 State MakeUniformState(uint64_t bytes, int tensors);
 
 struct FioResult {

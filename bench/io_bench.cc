@@ -24,7 +24,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -39,6 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench_common.h"
 #include "ckpt/engine.h"
 #include "ckpt/file_system.h"
 #include "ckpt/options.h"
@@ -49,7 +49,7 @@
 
 ABSL_FLAG(std::string, dir, "", "Directory to write under (required); one root per backend.");
 ABSL_FLAG(uint64_t, bytes, uint64_t{1} << 30, "Total bytes of the synthetic state.");
-ABSL_FLAG(int, tensors, 150, "Number of tensors in the synthetic state (>= 16).");
+ABSL_FLAG(int, tensors, 150, "Number of tensors in the synthetic state (>= 4).");
 ABSL_FLAG(int, reps, 1, "Repetitions (fio and every backend, interleaved); medians reported.");
 ABSL_FLAG(std::string, backends, "uring_direct,uring_buffered,threads_direct,threads_buffered",
           "Comma-separated subset of the four backends to run.");
@@ -65,21 +65,15 @@ ABSL_FLAG(bool, keep, false, "Keep every checkpoint written (else each is remove
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ckpt::bench::Clock;
+using ckpt::bench::Die;
+using ckpt::bench::SecondsSince;
 using Json = nlohmann::ordered_json;
 
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 double Round3(double x) { return std::round(x * 1000) / 1000; }
 uint64_t RoundUp(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 
-void Log(const std::string& line) { std::cerr << "[io_bench] " << line << std::endl; }
-
-[[noreturn]] void Die(const std::string& line) {
-  Log("FATAL: " + line);
-  std::exit(1);
-}
+void Log(const std::string& line) { ckpt::bench::Log("io_bench", line); }
 
 // The median of the finite values of `v` (NaN marks a repetition that did not run).
 double Median(std::vector<double> v) {
@@ -91,98 +85,6 @@ double Median(std::vector<double> v) {
 }
 
 Json NumOrNull(double x) { return std::isfinite(x) ? Json(Round3(x)) : Json(nullptr); }
-
-// `Arena` is one 4 KiB-aligned, pre-faulted allocation (first touch is slow
-// here, so it happens once, before anything is timed).
-class Arena {
- public:
-  explicit Arena(size_t size) : size_(RoundUp(std::max<size_t>(size, 1), 4096)) {
-    data_ = static_cast<char*>(std::aligned_alloc(4096, size_));
-    if (data_ == nullptr) Die(absl::StrCat("cannot allocate ", size_, " bytes"));
-    std::memset(data_, 0, size_);
-  }
-  ~Arena() { std::free(data_); }
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-  char* data() { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  char* data_;
-  size_t size_;
-};
-
-// One tensor of the synthetic state, at a 4 KiB-aligned `offset` of an arena.
-struct Spec {
-  std::string name;
-  ckpt::DType dtype;
-  std::vector<int64_t> shape;
-  uint64_t nbytes = 0;
-  uint64_t offset = 0;
-};
-
-// A transformer-like state: fp32 embedding, `layers` x (bf16 q/k/v/o and
-// gate/up/down, fp32 norms and q/k/v biases), fp32 final norm, bf16 lm_head,
-// small fp32 buffers, and one odd-sized uint8 blob that makes the total exact.
-std::vector<Spec> MakeState(uint64_t bytes, int tensors) {
-  if (tensors < 16) Die("--tensors must be >= 16");
-  const int layers = (tensors - 4) / 12;
-  const int fillers = tensors - 3 - 12 * layers;  // >= 1
-  auto build = [&](int64_t h) {
-    const int64_t vocab = 8 * h, ff = 4 * h;
-    std::vector<Spec> s;
-    auto add = [&](std::string name, ckpt::DType dt, std::vector<int64_t> shape) {
-      uint64_t n = ckpt::DTypeSize(dt);
-      for (int64_t d : shape) n *= d;
-      s.push_back({std::move(name), dt, std::move(shape), n, 0});
-    };
-    using ckpt::DType;
-    add("model.embed_tokens.weight", DType::kFloat32, {vocab, h});
-    for (int i = 0; i < layers; ++i) {
-      std::string p = absl::StrCat("model.layers.", i, ".");
-      add(p + "input_layernorm.weight", DType::kFloat32, {h});
-      for (const char* m : {"q", "k", "v", "o"}) {
-        add(absl::StrCat(p, "self_attn.", m, "_proj.weight"), DType::kBFloat16, {h, h});
-      }
-      for (const char* m : {"q", "k", "v"}) {
-        add(absl::StrCat(p, "self_attn.", m, "_proj.bias"), DType::kFloat32, {h});
-      }
-      add(p + "post_attention_layernorm.weight", DType::kFloat32, {h});
-      add(p + "mlp.gate_proj.weight", DType::kBFloat16, {ff, h});
-      add(p + "mlp.up_proj.weight", DType::kBFloat16, {ff, h});
-      add(p + "mlp.down_proj.weight", DType::kBFloat16, {h, ff});
-    }
-    add("model.norm.weight", DType::kFloat32, {h});
-    add("lm_head.weight", DType::kBFloat16, {vocab, h});
-    for (int j = 1; j < fillers; ++j) {
-      add(absl::StrCat("model.buffers.b", j), DType::kFloat32, {h / 2});
-    }
-    return s;
-  };
-  auto total = [](const std::vector<Spec>& s) {
-    uint64_t t = 0;
-    for (const Spec& x : s) t += x.nbytes;
-    return t;
-  };
-  int64_t h = 16;
-  if (total(build(h)) >= bytes) Die(absl::StrCat("--bytes ", bytes, " is too small"));
-  while (total(build(h + 16)) < bytes) h += 16;
-  std::vector<Spec> state = build(h);
-  int64_t rest = static_cast<int64_t>(bytes - total(state));
-  state.push_back({"extra_state.blob", ckpt::DType::kUInt8, {rest}, uint64_t(rest), 0});
-  uint64_t offset = 0;
-  for (Spec& s : state) {
-    s.offset = offset;
-    offset += RoundUp(s.nbytes, 4096);
-  }
-  Log(absl::StrFormat("state: %d tensors, %d layers, hidden %d, %d bytes", state.size(), layers,
-                      h, bytes));
-  return state;
-}
-
-uint64_t ArenaBytes(const std::vector<Spec>& state) {
-  return state.back().offset + RoundUp(state.back().nbytes, 4096);
-}
 
 // Bytes of the regular files in `dir` that sit in the page cache (mincore).
 uint64_t ResidentBytes(const std::string& dir) {
@@ -349,13 +251,19 @@ struct Run {
   bool verified = true;
 };
 
+// The source state, and a destination laid out like `src.memory`: each
+// target sits at its view's offset, with the view's 4 KiB-rounded capacity.
 struct Bench {
-  std::vector<Spec> state;
-  std::vector<ckpt::TensorView> views;
+  ckpt::bench::State src;
+  ckpt::AlignedBytes dst;
   std::vector<ckpt::ReadTarget> targets;
-  std::unique_ptr<Arena> src, dst;
   uint64_t bytes = 0;
 };
+
+// The offset of `v` in `state.memory`.
+uint64_t OffsetIn(const ckpt::bench::State& state, const ckpt::TensorView& v) {
+  return static_cast<const char*>(v.data) - static_cast<const char*>(state.memory.data());
+}
 
 void RemoveCheckpoint(const std::string& path) {
   if (absl::GetFlag(FLAGS_keep)) return;
@@ -368,16 +276,17 @@ void RemoveCheckpoint(const std::string& path) {
 // first, so stale bytes cannot pass), then checks the bytes against the source.
 absl::StatusOr<double> ColdReadInto(Bench& b, ckpt::Reader& reader, const std::string& dir,
                                     Run& run) {
-  std::memset(b.dst->data(), 0xA5, b.dst->size());
+  std::memset(b.dst.data(), 0xA5, b.dst.size());
   run.resident_max = std::max(run.resident_max, ResidentBytes(dir));
   auto t0 = Clock::now();
   absl::Status read = reader.ReadInto(b.targets);
   double seconds = SecondsSince(t0);
   if (!read.ok()) return read;
-  for (const Spec& s : b.state) {
-    if (std::memcmp(b.src->data() + s.offset, b.dst->data() + s.offset, s.nbytes) != 0) {
+  const char* dst = static_cast<const char*>(b.dst.data());
+  for (const ckpt::TensorView& v : b.src.views) {
+    if (std::memcmp(v.data, dst + OffsetIn(b.src, v), v.nbytes) != 0) {
       run.verified = false;
-      return absl::DataLossError("restored bytes differ from the source in " + s.name);
+      return absl::DataLossError("restored bytes differ from the source in " + v.name);
     }
   }
   return seconds;
@@ -388,7 +297,7 @@ void MeasureOnce(Bench& b, Run& run, int rep) {
   const int64_t step = rep + 1;
   ::sync();
   auto t0 = Clock::now();
-  auto stats = run.engine->Save(step, b.views);
+  auto stats = run.engine->Save(step, b.src.views);
   double write_s = SecondsSince(t0);
   if (!stats.ok()) {
     run.error = absl::StrCat("save: ", stats.status().ToString());
@@ -438,30 +347,23 @@ void MeasureOnce(Bench& b, Run& run, int rep) {
       read_s[1], r2));
 }
 
+// Builds the source state (bench_common's transformer-like state of exactly
+// --bytes in --tensors tensors) and a pre-faulted destination of the same layout.
 void Prepare(Bench& b) {
   b.bytes = absl::GetFlag(FLAGS_bytes);
-  b.state = MakeState(b.bytes, absl::GetFlag(FLAGS_tensors));
+  b.src = ckpt::bench::MakeTransformerState(b.bytes, absl::GetFlag(FLAGS_tensors));
   auto t0 = Clock::now();
-  b.src = std::make_unique<Arena>(ArenaBytes(b.state));
-  b.dst = std::make_unique<Arena>(ArenaBytes(b.state));
-  uint64_t x = 0x9E3779B97F4A7C15ull;  // splitmix64: incompressible bytes
-  auto* words = reinterpret_cast<uint64_t*>(b.src->data());
-  for (size_t i = 0; i < b.src->size() / 8; ++i) {
-    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    words[i] = z ^ (z >> 31);
-  }
-  Log(absl::StrFormat("allocated, pre-faulted and filled 2 x %d bytes in %.2f s", b.src->size(),
+  auto dst = ckpt::AlignedBytes::Allocate(b.src.memory.size(), /*prefault=*/true);
+  if (!dst.ok()) Die(std::string(dst.status().ToString()));
+  b.dst = std::move(*dst);
+  Log(absl::StrFormat("allocated and pre-faulted the %d-byte destination in %.2f s", b.dst.size(),
                       SecondsSince(t0)));
-  for (const Spec& s : b.state) {
-    b.views.push_back({s.name, s.dtype, s.shape, b.src->data() + s.offset, s.nbytes});
-    b.targets.push_back({s.name, b.dst->data() + s.offset, RoundUp(s.nbytes, 4096)});
+  char* base = static_cast<char*>(b.dst.data());
+  for (const ckpt::TensorView& v : b.src.views) {
+    b.targets.push_back({v.name, base + OffsetIn(b.src, v), RoundUp(v.nbytes, 4096)});
   }
 }
 
-// Memory-side context for the disk figures: memcpy and XXH3 rates on the
-// already-faulted arenas (what staging and verification cost per byte).
 // A per-repetition series as a JSON array (null where a repetition did not run).
 Json Series(const std::vector<double>& v) {
   Json a = Json::array();
@@ -491,15 +393,16 @@ FioSeries Columns(const std::vector<FioResult>& fio) {
 }
 
 // Memory-side context for the disk figures: memcpy and XXH3 rates on the
-// already-faulted arenas (what staging and verification cost per byte).
+// already-faulted source and destination (what staging and verification
+// cost per byte).
 Json EnvLine(Bench& b, const std::string& dir, const std::vector<FioResult>& fio) {
   double memcpy_s = INFINITY, xxh3_s = INFINITY;  // best of 3: the machine is shared
   for (int i = 0; i < 3; ++i) {
     auto t0 = Clock::now();
-    std::memcpy(b.dst->data(), b.src->data(), b.src->size());
+    std::memcpy(b.dst.data(), b.src.memory.data(), b.src.memory.size());
     memcpy_s = std::min(memcpy_s, SecondsSince(t0));
     t0 = Clock::now();
-    volatile uint64_t h = XXH3_64bits(b.src->data(), b.src->size());
+    volatile uint64_t h = XXH3_64bits(b.src.memory.data(), b.src.memory.size());
     (void)h;
     xxh3_s = std::min(xxh3_s, SecondsSince(t0));
   }
@@ -508,10 +411,10 @@ Json EnvLine(Bench& b, const std::string& dir, const std::vector<FioResult>& fio
   j["bench"] = "io_env";
   j["dir"] = dir;
   j["bytes"] = b.bytes;
-  j["tensors"] = b.state.size();
+  j["tensors"] = b.src.views.size();
   j["reps"] = fio.size();
-  j["memcpy_gbps"] = NumOrNull(b.src->size() / memcpy_s / 1e9);
-  j["xxh3_gbps"] = NumOrNull(b.src->size() / xxh3_s / 1e9);
+  j["memcpy_gbps"] = NumOrNull(b.src.memory.size() / memcpy_s / 1e9);
+  j["xxh3_gbps"] = NumOrNull(b.src.memory.size() / xxh3_s / 1e9);
   j["fio_write_gbps_reps"] = Series(f.write);
   j["fio_read_gbps_reps"] = Series(f.read);
   j["fio_buffered_write_gbps_reps"] = Series(f.buffered_write);
@@ -543,7 +446,7 @@ Json ResultLine(const Bench& b, const Run& run, const std::vector<FioResult>& fi
     j["write_over_fio_buffered"] = NumOrNull(Median(Ratios(run.write_gbps, f.buffered_write)));
   }
   j["engine_backend"] = run.engine ? std::string(run.engine->backend()) : "";
-  j["tensors"] = b.state.size();
+  j["tensors"] = b.src.views.size();
   j["shards"] = run.shards;
   j["file_bytes"] = run.file_bytes;
   j["reps"] = run.write_gbps.size();
@@ -593,7 +496,7 @@ int main(int argc, char** argv) {
     }
     run.engine = std::move(*engine);
     auto t0 = Clock::now();
-    auto warm = run.engine->Save(0, b.views);  // warm-up, untimed
+    auto warm = run.engine->Save(0, b.src.views);  // warm-up, untimed
     if (!warm.ok()) {
       run.error = absl::StrCat("warm-up save: ", warm.status().ToString());
       Log(run.c.label + " " + run.error);
