@@ -55,13 +55,12 @@ absl::Status ValidateSave(int64_t step, std::span<const TensorView> tensors,
     if (t.shape.size() > kMaxRank) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": rank ", t.shape.size(), " > ", kMaxRank));
     }
-    auto numel = NumElements(t.shape);
-    if (!numel.ok()) return Annotate(numel.status(), where);
-    const uint64_t elem = DTypeSize(t.dtype);
-    if ((*numel != 0 && elem > UINT64_MAX / *numel) || *numel * elem != t.nbytes) {
+    auto bytes = TensorBytes(t.dtype, t.shape);
+    if (!bytes.ok()) return Annotate(bytes.status(), where);
+    if (*bytes != t.nbytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": shape holds ", *numel, " ", DTypeName(t.dtype), " elements but nbytes is ",
-          t.nbytes));
+          where, ": shape holds ", *bytes / DTypeSize(t.dtype), " ", DTypeName(t.dtype),
+          " elements but nbytes is ", t.nbytes));
     }
     if (t.nbytes > 0 && t.data == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": data is null"));

@@ -21,6 +21,16 @@ absl::StatusOr<uint64_t> NumElements(const std::vector<int64_t>& shape) {
   return n;
 }
 
+absl::StatusOr<uint64_t> TensorBytes(DType dtype, const std::vector<int64_t>& shape) {
+  auto numel = NumElements(shape);
+  if (!numel.ok()) return numel.status();
+  const uint64_t elem = DTypeSize(dtype);
+  if (*numel != 0 && elem > UINT64_MAX / *numel) {
+    return absl::InvalidArgumentError("shape's size in bytes overflows 64 bits");
+  }
+  return *numel * elem;
+}
+
 absl::StatusOr<AlignedBytes> AlignedBytes::Allocate(size_t size, bool prefault) {
   AlignedBytes bytes;
   bytes.size_ = size;

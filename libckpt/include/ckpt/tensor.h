@@ -45,6 +45,10 @@ struct TensorView {
 // `kInvalidArgument` if a dimension is negative or the product overflows.
 absl::StatusOr<uint64_t> NumElements(const std::vector<int64_t>& shape);
 
+// `TensorBytes` is the size in bytes of a `dtype` tensor of `shape`, or
+// `kInvalidArgument` if a dimension is negative or the size overflows.
+absl::StatusOr<uint64_t> TensorBytes(DType dtype, const std::vector<int64_t>& shape);
+
 // `AlignedBytes` is an owned, 4 KiB-aligned host buffer (usable for O_DIRECT
 // I/O). Move-only.
 class AlignedBytes {

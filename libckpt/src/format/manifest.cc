@@ -83,10 +83,8 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
   if (!hash.ok()) return Corrupt(path, absl::StrCat(where, ": ", hash.status().message()));
   t.xxh3 = *hash;
 
-  auto numel = NumElements(t.shape);
-  const uint64_t elem = DTypeSize(t.dtype);
-  if (!numel.ok() || (*numel != 0 && elem > UINT64_MAX / *numel) ||
-      *numel * elem != t.raw_bytes) {
+  auto bytes = TensorBytes(t.dtype, t.shape);
+  if (!bytes.ok() || *bytes != t.raw_bytes) {
     return Corrupt(path, absl::StrCat(where, ": shape and dtype do not match raw_bytes ", t.raw_bytes));
   }
   if (t.encoding != "raw" && t.encoding != "zstd" && !IsDeltaEncoding(t.encoding)) {
