@@ -30,6 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "ckpt/catalog.h"
+#include "ckpt/compact.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
@@ -503,6 +504,23 @@ TEST_F(CkptRestoreTest, ListShowsDeltaBaseAndLossyBound) {
   EXPECT_NE(r.out.find("lossy <="), std::string::npos) << r;
   r = Run({"--root", root_, "--latest", "--verify"});
   EXPECT_EQ(r.exit_code, 0) << r;
+
+  // Compacted (what ckpt-retain does before its base goes): a full
+  // checkpoint, still lossy within the same bound.
+  auto compacted = CompactToFull(root_, 2);
+  ASSERT_TRUE(compacted.ok()) << compacted.status();
+  r = Run({"--root", root_, "--list", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const Json after = Json::parse(Lines(r.out).at(1));
+  EXPECT_EQ(after["kind"], "full");
+  EXPECT_EQ(after["compacted"], true);
+  EXPECT_EQ(after["exact"], false);
+  EXPECT_EQ(after["error_bound"], delta["error_bound"]);
+  EXPECT_EQ(Json::parse(Lines(r.out).at(0))["compacted"], false);
+  r = Run({"--root", root_, "--list", "--verify"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_NE(r.out.find("full (compacted)"), std::string::npos) << r;
+  EXPECT_NE(r.out.find("lossy <="), std::string::npos) << r;
 }
 
 // An independent reader of the safetensors format (spec: 8-byte little-endian

@@ -39,6 +39,10 @@ std::map<int64_t, absl::Status> VerifyAll(const std::string& root,
   return verified;
 }
 
+// A top-k delta, or a checkpoint compacted from one: its values may differ
+// from the saved ones by up to the recorded bound.
+bool IsLossy(const CheckpointSummary& s) { return s.delta_mode == "topk" || s.max_error_bound > 0; }
+
 void PrintJsonRows(const std::vector<CheckpointSummary>& summaries, int64_t latest,
                    const std::map<int64_t, absl::Status>* verified, Output& output) {
   for (const CheckpointSummary& s : summaries) {
@@ -49,7 +53,8 @@ void PrintJsonRows(const std::vector<CheckpointSummary>& summaries, int64_t late
     Json row = {{"step", s.step},
                 {"kind", s.kind},
                 {"base_step", s.kind == "delta" ? Json(s.base_step) : Json(nullptr)},
-                {"exact", s.delta_mode != "topk"},
+                {"compacted", s.compacted},
+                {"exact", !IsLossy(s)},
                 {"error_bound", s.max_error_bound},
                 {"file_bytes", s.file_bytes},
                 {"tensor_bytes", s.tensor_bytes},
@@ -73,8 +78,10 @@ void PrintTable(const std::vector<CheckpointSummary>& summaries, int64_t latest,
   Table table(header, {true, false, false, true, true, true, false, false, false});
   for (const CheckpointSummary& s : summaries) {
     const bool ok = s.manifest_status.ok();
-    const std::string kind = s.kind == "delta" ? absl::StrCat("delta of ", s.base_step) : s.kind;
-    const std::string exact = s.delta_mode == "topk"
+    const std::string kind = s.kind == "delta" ? absl::StrCat("delta of ", s.base_step)
+                             : s.compacted     ? s.kind + " (compacted)"
+                                               : s.kind;
+    const std::string exact = IsLossy(s)
                                   ? absl::StrFormat("lossy <= %.3g", s.max_error_bound)
                                   : "exact";
     // The last column holds the long reason; with --verify that is VERIFIED.
