@@ -63,7 +63,7 @@ ABSL_FLAG(std::string, progress, "auto",
           "file or pipe, never turns it off. It never goes to stdout.");
 ABSL_FLAG(bool, json, false,
           "Print JSON Lines on stdout (one JSON object per line) instead of tables. --list: "
-          "one object per checkpoint with step, kind, base_step, exact, error_bound, "
+          "one object per checkpoint with step, kind, base_step, compacted, exact, error_bound, "
           "file_bytes, tensor_bytes, tensor_count, shard_count, created_unix_ns, ok (manifest "
           "checks pass), error (null when ok), latest, dir; with --verify also verified "
           "(true/false), and error then says why it does not verify. --verify: one "
