@@ -1,0 +1,106 @@
+#include "read/decode_record.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include <zstd.h>
+
+#include "absl/strings/str_cat.h"
+#include "delta/delta_codec.h"
+#include "format/names.h"
+#include "io/io_executor.h"
+#include "util/hash.h"
+#include "util/status_macros.h"
+
+namespace ckpt::internal {
+namespace {
+
+uint64_t AlignUp(uint64_t n) {
+  return (n + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
+}
+
+}  // namespace
+
+absl::Status ChecksumMismatch(const std::string& dir, const TensorInfo& t, uint64_t actual) {
+  return absl::DataLossError(absl::StrCat(
+      "tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard), " at offset ", t.offset,
+      ": checksum mismatch (manifest ", HashToHex(t.xxh3), ", data ", HashToHex(actual), ")"));
+}
+
+absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::string& dir,
+                                              const TensorInfo& t) {
+  CKPT_ASSIGN_OR_RETURN(File * file, files.Get(dir, t.shard));
+  const uint64_t length = file->direct() ? AlignUp(t.stored_bytes) : t.stored_bytes;
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(length, false));
+  IoExecutor io(files.queue(), files.io().chunk_bytes);
+  CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, t.offset, stored.data(), length, 0, -1,
+                                t.stored_bytes));
+  CKPT_RETURN_IF_ERROR(io.Drain());
+  return stored;
+}
+
+absl::Status DecodeZstdRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
+                              char* dst) {
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStoredRecord(files, dir, t));
+  const std::string where = absl::StrCat("tensor \"", t.name, "\" in shard ",
+                                         JoinPath(dir, t.shard), " at offset ", t.offset);
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  if (dctx == nullptr) return absl::ResourceExhaustedError("ZSTD_createDCtx failed");
+  // Only checking: decompress through a bounded scratch buffer.
+  std::vector<char> scratch(dst == nullptr ? std::min<uint64_t>(t.raw_bytes, 1 << 20) : 0);
+  Xxh3Stream hash;
+  ZSTD_inBuffer in{stored.data(), t.stored_bytes, 0};
+  uint64_t produced = 0;
+  size_t last = 0;
+  while (in.pos < in.size) {
+    char* out_base = dst != nullptr ? dst + produced : scratch.data();
+    const size_t room = dst != nullptr ? t.raw_bytes - produced
+                                       : std::min<uint64_t>(scratch.size(), t.raw_bytes - produced);
+    if (room == 0) {
+      return absl::DataLossError(
+          absl::StrCat(where, ": decompresses to more than ", t.raw_bytes, " bytes"));
+    }
+    ZSTD_outBuffer out{out_base, room, 0};
+    last = ZSTD_decompressStream(dctx.get(), &out, &in);
+    if (ZSTD_isError(last)) {
+      return absl::DataLossError(
+          absl::StrCat(where, ": corrupt zstd data: ", ZSTD_getErrorName(last)));
+    }
+    hash.Update(out_base, out.pos);
+    produced += out.pos;
+  }
+  if (last != 0 || produced != t.raw_bytes) {
+    return absl::DataLossError(absl::StrCat(where, ": zstd data ends after ", produced, " of ",
+                                            t.raw_bytes, " bytes"));
+  }
+  if (hash.Digest() != t.xxh3) return ChecksumMismatch(dir, t, hash.Digest());
+  return absl::OkStatus();
+}
+
+absl::Status ApplyDeltas(ShardFiles& files, const DeltaChain& chain, absl::string_view name,
+                         size_t base, char* dst) {
+  const TensorInfo* first = chain.Find(base, name);
+  for (size_t l = base + 1; l < chain.size(); ++l) {
+    const TensorInfo* t = chain.Find(l, name);
+    const std::string& dir = chain.link(l).dir;
+    if (t == nullptr || t->dtype != first->dtype || t->shape != first->shape) {
+      return absl::DataLossError(absl::StrCat(
+          "tensor \"", name, "\" changes dtype or shape along the delta chain of ",
+          chain.opened().dir));
+    }
+    CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStoredRecord(files, dir, *t));
+    absl::Status applied = ApplyDelta(t->encoding, static_cast<const char*>(stored.data()),
+                                      t->stored_bytes, dst, t->raw_bytes, t->dtype);
+    if (!applied.ok()) {
+      return absl::DataLossError(absl::StrCat("tensor \"", name, "\" in shard ",
+                                              JoinPath(dir, t->shard), " at offset ", t->offset,
+                                              ": ", applied.message()));
+    }
+    const uint64_t actual = Xxh3(dst, t->raw_bytes);
+    if (actual != t->xxh3) return ChecksumMismatch(dir, *t, actual);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ckpt::internal

@@ -1,0 +1,45 @@
+// Reading one tensor's records one at a time and decoding them into a
+// buffer: a zstd record, or the deltas that bring a whole record forward
+// along a delta chain. Each result is checked against the manifest's XXH3.
+// (Raw records are read many at a time by `ReadRawRecords`.)
+#ifndef CKPT_READ_DECODE_RECORD_H_
+#define CKPT_READ_DECODE_RECORD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "ckpt/reader.h"
+#include "ckpt/tensor.h"
+#include "read/delta_chain.h"
+#include "read/shard_files.h"
+
+namespace ckpt::internal {
+
+// kDataLoss for tensor `t` of checkpoint `dir` whose bytes hash to `actual`
+// instead of the manifest's XXH3, naming the shard and offset.
+absl::Status ChecksumMismatch(const std::string& dir, const TensorInfo& t, uint64_t actual);
+
+// Reads the `t.stored_bytes` stored bytes of `t`'s record (e.g. a delta
+// payload) from its shard in `dir` into new memory, undecoded.
+absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::string& dir,
+                                              const TensorInfo& t);
+
+// Reads and decompresses the zstd record of `t` in `dir` into `dst` (room
+// for `t.raw_bytes`), or, when `dst` is null, only checks it, verifying the
+// XXH3 of the decompressed bytes. Corrupt or mis-sized data is kDataLoss.
+absl::Status DecodeZstdRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
+                              char* dst);
+
+// Applies the deltas of tensor `name` stored after link `base` of `chain`,
+// oldest first, to `dst` (holding its value at `base`), checking the
+// checksum after each. A tensor whose dtype or shape changes along the
+// chain, or a malformed delta, is kDataLoss.
+absl::Status ApplyDeltas(ShardFiles& files, const DeltaChain& chain, absl::string_view name,
+                         size_t base, char* dst);
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_READ_DECODE_RECORD_H_

@@ -1,0 +1,82 @@
+#include "read/delta_chain.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "delta/delta_codec.h"
+#include "format/names.h"
+#include "read/load_manifest.h"
+#include "util/hash.h"
+
+namespace ckpt::internal {
+namespace {
+
+// Longer chains are taken for a cycle or a damaged manifest.
+constexpr size_t kMaxChainLength = 100000;
+
+}  // namespace
+
+absl::StatusOr<DeltaChain> DeltaChain::Load(FileSystem& fs, IoQueue& queue,
+                                            const std::string& root, int64_t step) {
+  std::vector<ChainLink> chain;
+  int64_t next = step;
+  uint64_t expected_hash = 0;
+  bool check_hash = false;
+  while (true) {
+    const std::string dir = JoinPath(root, CheckpointDirName(next));
+    auto manifest = LoadManifest(fs, queue, dir, next);
+    if (!manifest.ok()) {
+      if (!chain.empty() && (manifest.status().code() == absl::StatusCode::kDataLoss ||
+                             !fs.Stat(dir).ok())) {
+        return absl::DataLossError(absl::StrCat("base checkpoint step ", next, " of delta step ",
+                                                chain.back().manifest.step, " is missing or damaged: ",
+                                                manifest.status().message()));
+      }
+      return manifest.status();
+    }
+    // A base rewritten by compaction still matches: it names the checksum
+    // of the delta it replaced (its values are the same).
+    if (check_hash && !manifest->MatchesBaseHash(expected_hash)) {
+      return absl::DataLossError(absl::StrCat(
+          "base checkpoint step ", next, " of delta step ", chain.back().manifest.step,
+          " is not the one the delta was written against (manifest checksum ",
+          HashToHex(manifest->manifest_xxh3), ", expected ", HashToHex(expected_hash), ")"));
+    }
+    const bool delta = manifest->kind == "delta";
+    const int64_t base = manifest->base_step;
+    expected_hash = manifest->base_manifest_xxh3;
+    chain.push_back(ChainLink{dir, std::move(*manifest), {}});
+    if (!delta) break;
+    if (chain.size() >= kMaxChainLength) {
+      return absl::DataLossError(absl::StrCat("delta chain of step ", step, " is too long"));
+    }
+    next = base;
+    check_hash = true;
+  }
+  std::reverse(chain.begin(), chain.end());
+  for (ChainLink& link : chain) {
+    for (size_t i = 0; i < link.manifest.tensors.size(); ++i) {
+      link.index[link.manifest.tensors[i].name] = i;
+    }
+  }
+  return DeltaChain(std::move(chain));
+}
+
+const TensorInfo* DeltaChain::Find(size_t link, absl::string_view name) const {
+  const ChainLink& l = links_[link];
+  auto it = l.index.find(std::string(name));
+  return it == l.index.end() ? nullptr : &l.manifest.tensors[it->second];
+}
+
+absl::StatusOr<size_t> DeltaChain::BaseLinkOf(absl::string_view name) const {
+  for (size_t l = links_.size(); l > 0; --l) {
+    const TensorInfo* t = Find(l - 1, name);
+    if (t == nullptr) break;
+    if (!IsDeltaEncoding(t->encoding)) return l - 1;
+  }
+  return absl::DataLossError(absl::StrCat("tensor \"", name, "\" of ", opened().dir,
+                                          " has no whole record in its delta chain"));
+}
+
+}  // namespace ckpt::internal
