@@ -60,6 +60,7 @@ struct Run {
   // simulated compute — all a training loop is held.
   std::vector<double> loop_blocked_s;
   std::vector<double> memcpy_s;  // the baseline copy timed just before each save
+  std::vector<double> fio_gbps;  // fio's durable write, run just before each save
   std::vector<double> durable_s;  // SaveAsync start -> committed
   uint64_t file_bytes = 0;
   std::string backend;
@@ -98,12 +99,24 @@ struct SaveMode {
   double compute_s = 0;
 };
 
-// Saves `views` 1 + `saves` times, each waited for. With `baseline`, the
-// memcpy baseline is timed right before every steady-state save, so each
-// blocked time has a baseline measured under the same machine load.
+// fio writing the same bytes (O_DIRECT, io_uring, 1 MiB blocks, depth 32,
+// fsync at the end), the durable-throughput baseline.
+struct BaselineFio {
+  std::string fio;  // binary; empty: none
+  std::string dir;
+  uint64_t bytes = 0;
+  double Gbps() const {
+    return ckpt::bench::RunFio(fio, dir, bytes, 1 << 20, 32, /*read=*/false).gbps;
+  }
+};
+
+// Saves `views` 1 + `saves` times, each waited for. With `baseline` (and
+// `fio`), the memcpy (and fio) baseline is timed right before every
+// steady-state save, so each save has baselines measured under the same
+// machine and disk load (fio's own figure swings by 2x between runs here).
 Run SaveRepeatedly(const std::string& root, const std::vector<ckpt::TensorView>& views, int saves,
                    SaveMode mode = {}, BaselineCopy* baseline = nullptr,
-                   std::vector<double>* staged_s = nullptr) {
+                   std::vector<double>* staged_s = nullptr, const BaselineFio* fio = nullptr) {
   ckpt::EngineOptions options;
   options.lazy_staging = mode.lazy;
   options.write_during_eager_staging = mode.write_during_eager_staging;
@@ -112,6 +125,7 @@ Run SaveRepeatedly(const std::string& root, const std::vector<ckpt::TensorView>&
   Run run;
   run.backend = std::string((*engine)->backend());
   for (int i = 0; i <= saves; ++i) {
+    if (i > 0 && fio != nullptr && !fio->fio.empty()) run.fio_gbps.push_back(fio->Gbps());
     if (i > 0 && baseline != nullptr) run.memcpy_s.push_back(baseline->Seconds());
     const Clock::time_point start = Clock::now();
     auto handle = (*engine)->SaveAsync(i, views);
@@ -166,7 +180,9 @@ int main(int argc, char** argv) {
   const uint64_t state_bytes = state.bytes();
   BaselineCopy baseline(state.views);
 
-  Run large = SaveRepeatedly(dir + "/large", state.views, absl::GetFlag(FLAGS_saves), {}, &baseline);
+  const BaselineFio fio_baseline{absl::GetFlag(FLAGS_fio), dir + "/fio", state_bytes};
+  Run large = SaveRepeatedly(dir + "/large", state.views, absl::GetFlag(FLAGS_saves), {}, &baseline,
+                             nullptr, &fio_baseline);
   const double blocked = Median(large.blocked_s);
   const double memcpy_s = Median(large.memcpy_s);
   const double blocked_over_memcpy = MedianRatio(large.blocked_s, large.memcpy_s);
@@ -176,11 +192,6 @@ int main(int argc, char** argv) {
   const double durable = Median(large.durable_s);
   const double persist_gbps = state_bytes / durable / 1e9;
 
-  ckpt::bench::FioResult fio;
-  if (!absl::GetFlag(FLAGS_fio).empty()) {
-    fio = ckpt::bench::RunFio(absl::GetFlag(FLAGS_fio), dir + "/fio", state_bytes, 1 << 20, 32,
-                              /*read=*/false);
-  }
 
   // Lazy mode: SaveAsync returns at once; the copy overlaps the caller's
   // next compute, which must only call WaitStaged before mutating tensors.
@@ -228,8 +239,21 @@ int main(int argc, char** argv) {
                                                  : Json(std::round(torch_save / lazy_loop_blocked));
   line["durable_s"] = ckpt::bench::Round(durable);
   line["persist_gbps"] = ckpt::bench::Round(persist_gbps);
-  line["fio_write_gbps"] = fio.gbps > 0 ? Json(ckpt::bench::Round(fio.gbps)) : Json();
-  line["persist_over_fio"] = fio.gbps > 0 ? Json(ckpt::bench::Round(persist_gbps / fio.gbps)) : Json();
+  // Per save: bytes / (SaveAsync -> committed), over the fio run before it.
+  std::vector<double> persist_over_fio;
+  std::vector<double> fio_ok;  // fio runs that worked
+  Json fio_series = Json::array();
+  for (size_t i = 0; i < large.fio_gbps.size() && i < large.durable_s.size(); ++i) {
+    fio_series.push_back(ckpt::bench::Round(large.fio_gbps[i]));
+    if (large.fio_gbps[i] > 0) {
+      fio_ok.push_back(large.fio_gbps[i]);
+      persist_over_fio.push_back(state_bytes / large.durable_s[i] / 1e9 / large.fio_gbps[i]);
+    }
+  }
+  line["fio_write_gbps"] = fio_ok.empty() ? Json() : Json(ckpt::bench::Round(Median(fio_ok)));
+  line["persist_over_fio"] =
+      persist_over_fio.empty() ? Json() : Json(ckpt::bench::Round(Median(persist_over_fio)));
+  line["fio_write_gbps_series"] = fio_series;
   Json series = Json::array();
   for (double b : large.blocked_s) series.push_back(ckpt::bench::Round(b));
   line["blocked_series_s"] = series;
