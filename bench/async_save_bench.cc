@@ -153,9 +153,12 @@ Run SaveRepeatedly(const std::string& root, const std::vector<ckpt::TensorView>&
       run.blocked_s.push_back(blocked);
       run.durable_s.push_back(total);
     }
-    ckpt::bench::Log("async_save", absl::StrCat("save ", i, ": blocked ", blocked, " s, durable ",
-                                                total, " s"));
-    if (i > 0) std::filesystem::remove_all(root + "/" + ckpt::StepDirName(i - 1));
+    const ckpt::SaveStats stats = (*handle)->stats();
+    ckpt::bench::Log("async_save",
+                     absl::StrCat("save ", i, ": blocked ", blocked, " s, durable ", total,
+                                  " s (staging ", stats.staging_s, " s, writing+commit ",
+                                  stats.persist_s, " s)"));
+    if (i > 0) ckpt::bench::RemoveAndSettle(root + "/" + ckpt::StepDirName(i - 1));
   }
   return run;
 }
@@ -285,6 +288,6 @@ int main(int argc, char** argv) {
     s["per_byte_cost_over_large"] = ckpt::bench::Round(per_byte_small / per_byte_large);
     std::cout << s.dump() << std::endl;
   }
-  std::filesystem::remove_all(dir);
+  ckpt::bench::RemoveAndSettle(dir);
   return 0;
 }

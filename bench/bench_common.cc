@@ -1,5 +1,7 @@
 #include "bench_common.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +36,12 @@ void Log(const std::string& bench, const std::string& line) {
 void Die(const std::string& line) {
   std::cerr << "FATAL: " << line << std::endl;
   std::exit(1);
+}
+
+void RemoveAndSettle(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  ::sync();
 }
 
 uint64_t State::bytes() const {
@@ -194,7 +202,7 @@ FioResult RunFio(const std::string& fio, const std::string& dir, uint64_t bytes,
       if (ms > 0) result.gbps = bytes_moved / (ms / 1000) / 1e9;
     }
   }
-  std::filesystem::remove_all(dir);
+  RemoveAndSettle(dir);
   return result;
 }
 
@@ -218,7 +226,7 @@ std::vector<double> TorchSaveSeconds(const std::string& python, const std::strin
     while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
     pclose(pipe);
   }
-  std::filesystem::remove_all(dir);
+  RemoveAndSettle(dir);
   std::vector<double> times;
   auto j = nlohmann::json::parse(out, nullptr, false);
   if (j.is_discarded() || !j.contains("torch_save_s") || j["torch_save_s"].is_null()) {

@@ -19,6 +19,12 @@ double Round(double x);  // to 4 significant decimals, for JSON
 void Log(const std::string& bench, const std::string& line);
 [[noreturn]] void Die(const std::string& line);
 
+// Removes `path` (recursively) and then sync()s, so the removal is settled
+// before the next measurement: on a file system mounted with `discard` (the
+// development VM's ext4) freed blocks are discarded in the next journal
+// commit, and otherwise the next measured fsync would pay for them.
+void RemoveAndSettle(const std::string& path);
+
 // A synthetic state in one pre-faulted, 4 KiB-aligned allocation. Each of
 // `views` starts at a 4 KiB-aligned offset of `memory` (its bytes rounded up
 // to 4 KiB, zero padding in between), so `memory.size()` is the sum of the

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   for (const char* mode : {"exact", "topk"}) {
     for (double fraction : fractions) {
       const std::string root = absl::StrCat(dir, "/", mode, "-", fraction);
-      std::filesystem::remove_all(root);
+      ckpt::bench::RemoveAndSettle(root);
       ckpt::EngineOptions options;
       options.delta.mode = std::string(mode) == "exact" ? ckpt::DeltaOptions::Mode::kExact
                                                         : ckpt::DeltaOptions::Mode::kTopK;
@@ -143,8 +143,8 @@ int main(int argc, char** argv) {
       line["chain_restore_s"] = Round(chain_restore);
       line["full_restore_s"] = Round(full_restore);
       std::cout << line.dump() << std::endl;
-      std::filesystem::remove_all(root);
-      std::filesystem::remove_all(root + "-full");
+      ckpt::bench::RemoveAndSettle(root);
+      ckpt::bench::RemoveAndSettle(root + "-full");
     }
   }
   return 0;

@@ -267,9 +267,7 @@ uint64_t OffsetIn(const ckpt::bench::State& state, const ckpt::TensorView& v) {
 
 void RemoveCheckpoint(const std::string& path) {
   if (absl::GetFlag(FLAGS_keep)) return;
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-  ::sync();
+  ckpt::bench::RemoveAndSettle(path);
 }
 
 // Times one `ReadInto` of every tensor into `b.dst` (filled with a pattern
