@@ -257,6 +257,16 @@ int main(int argc, char** argv) {
   line["persist_over_fio"] =
       persist_over_fio.empty() ? Json() : Json(ckpt::bench::Round(Median(persist_over_fio)));
   line["fio_write_gbps_series"] = fio_series;
+  // The other modes against the median fio run (they are not paired with fio
+  // runs of their own).
+  auto over_fio = [&](const Run& run) {
+    return fio_ok.empty() || run.durable_s.empty()
+               ? Json()
+               : Json(ckpt::bench::Round(state_bytes / Median(run.durable_s) / 1e9 / Median(fio_ok)));
+  };
+  line["overlapped_persist_over_fio"] = over_fio(overlapped);
+  line["lazy_durable_s"] = ckpt::bench::Round(Median(lazy.durable_s));
+  line["lazy_persist_over_fio"] = over_fio(lazy);
   Json series = Json::array();
   for (double b : large.blocked_s) series.push_back(ckpt::bench::Round(b));
   line["blocked_series_s"] = series;

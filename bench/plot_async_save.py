@@ -31,7 +31,9 @@ def main() -> int:
         ("torch.save / lazy loop held", f"{main_line.get('torch_save_over_lazy_loop_blocked')}"),
         ("durable throughput", f"{main_line['persist_gbps']:.2f} GB/s"),
         ("fio O_DIRECT write", f"{main_line['fio_write_gbps']} GB/s"),
-        ("durable / fio", f"{main_line['persist_over_fio']}"),
+        ("durable / fio (median of per-save ratios)", f"{main_line['persist_over_fio']}"),
+        ("same, writes overlapping the copy", f"{main_line.get('overlapped_persist_over_fio')}"),
+        ("same, lazy mode", f"{main_line.get('lazy_persist_over_fio')}"),
     ]
     if small:
         rows.append(("10k small tensors: per-byte cost / 150 large", f"{small['per_byte_cost_over_large']}"))
