@@ -405,6 +405,36 @@ TEST_P(FileSystemConformanceTest, RegisteredBuffersCarryData) {
   EXPECT_TRUE(queue_->RegisterBuffers({}).ok());
 }
 
+// Allocate reserves space ahead of writes (or says it cannot): the file
+// reads as zeros up to the size, writes land inside it, and the size only
+// grows.
+TEST_P(FileSystemConformanceTest, AllocateReservesZeroedSpaceOrIsUnimplemented) {
+  auto file = OpenOrDie(Path("f"), WriteOptions());
+  ASSERT_NE(file, nullptr);
+  absl::Status allocated = file->Allocate(Size(8));
+  if (allocated.code() == absl::StatusCode::kUnimplemented) GTEST_SKIP() << allocated;
+  ASSERT_TRUE(allocated.ok()) << allocated;
+  auto size = file->Size();
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, Size(8));
+  Buffer data(Size(2));
+  data.Fill(9);
+  WriteAll(file.get(), Size(3), data);
+  ASSERT_TRUE(file->Allocate(Size(4)).ok());  // never shrinks
+  size = file->Size();
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, Size(8));
+  Buffer zeros(Size(3));
+  Buffer read(Size(3));
+  read.Fill(1);
+  ASSERT_EQ(ReadSome(file.get(), 0, read), static_cast<int64_t>(Size(3)));
+  EXPECT_TRUE(read.SameAs(zeros));
+  Buffer back(Size(2));
+  ASSERT_EQ(ReadSome(file.get(), Size(3), back), static_cast<int64_t>(Size(2)));
+  EXPECT_TRUE(back.SameAs(data));
+  EXPECT_TRUE(file->Close().ok());
+}
+
 TEST_P(FileSystemConformanceTest, SizeTruncateSyncDropCacheClose) {
   auto file = OpenOrDie(Path("f"), WriteOptions());
   ASSERT_NE(file, nullptr);

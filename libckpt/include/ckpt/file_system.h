@@ -59,6 +59,12 @@ class File {
   // A failure means the file's contents are unknown: callers abandon it.
   virtual absl::Status Sync() = 0;
   virtual absl::Status Truncate(uint64_t size) = 0;
+  // fallocate(2) mode 0: reserves blocks for bytes [0, size) and makes the
+  // file at least `size` long (the new bytes read as zeros). A hint for
+  // writing a file of known size: its extents come out contiguous, and a full
+  // disk fails here, before any data is written. kUnimplemented where the
+  // file system cannot (and by default, for implementations that predate it).
+  virtual absl::Status Allocate(uint64_t size);
   virtual absl::StatusOr<uint64_t> Size() = 0;
   // Advises the kernel to drop cached pages (best effort; benchmarks use it
   // to restore cold).

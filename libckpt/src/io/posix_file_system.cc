@@ -50,6 +50,18 @@ class PosixFile final : public File {
     return absl::OkStatus();
   }
 
+  absl::Status Allocate(uint64_t size) override {
+    if (size == 0) return absl::OkStatus();
+    int rc;
+    do rc = ::fallocate(fd_, 0, 0, static_cast<off_t>(size));
+    while (rc != 0 && errno == EINTR);
+    if (rc == 0) return absl::OkStatus();
+    if (errno == EOPNOTSUPP || errno == ENOSYS) {
+      return absl::UnimplementedError(absl::StrCat("fallocate ", path_, ": not supported"));
+    }
+    return ErrnoToStatus(errno, absl::StrCat("fallocate ", path_, " to ", size));
+  }
+
   absl::StatusOr<uint64_t> Size() override {
     struct stat st;
     if (::fstat(fd_, &st) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat ", path_));
@@ -197,6 +209,10 @@ class PosixFileSystemImpl final : public FileSystem {
 };
 
 }  // namespace
+
+absl::Status File::Allocate(uint64_t size) {
+  return absl::UnimplementedError(absl::StrCat("fallocate ", path(), ": not supported"));
+}
 
 absl::Status FileSystem::Exchange(const std::string& a, const std::string& b) {
   return absl::UnimplementedError(

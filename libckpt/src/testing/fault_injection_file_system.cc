@@ -415,6 +415,11 @@ class FaultFile final : public File {
     return base_->Truncate(size);
   }
 
+  absl::Status Allocate(uint64_t size) override {
+    CKPT_FAULT_CHECK(*state_, absl::StrCat("fallocate ", path(), " to ", size));
+    return base_->Allocate(size);
+  }
+
   absl::StatusOr<uint64_t> Size() override {
     CKPT_FAULT_CHECK(*state_, absl::StrCat("fstat ", path()));
     return base_->Size();
