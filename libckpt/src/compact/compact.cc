@@ -20,13 +20,12 @@
 #include "read/load_manifest.h"
 #include "util/log.h"
 #include "util/status_macros.h"
+#include "util/align.h"
 
 namespace ckpt {
 namespace {
 
 using namespace internal;  // NOLINT: glue over the internals, like the reader
-
-uint64_t AlignUp(uint64_t n) { return (n + kRecordAlignment - 1) / kRecordAlignment * kRecordAlignment; }
 
 int64_t NowUnixNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -88,7 +87,7 @@ absl::Status WriteShards(FileSystem& fs, internal::IoBackend& backend, size_t ch
                          const std::vector<PlannedShard>& plan,
                          const std::vector<TensorInfo>& tensors, const std::string& dir) {
   uint64_t largest = kRecordAlignment;
-  for (const TensorInfo& t : tensors) largest = std::max(largest, AlignUp(t.raw_bytes));
+  for (const TensorInfo& t : tensors) largest = std::max(largest, AlignUp(t.raw_bytes, kRecordAlignment));
   CKPT_ASSIGN_OR_RETURN(AlignedBytes buffer, AlignedBytes::Allocate(largest, /*prefault=*/false));
   char* data = static_cast<char*>(buffer.data());
   OpenOptions open;
@@ -101,7 +100,7 @@ absl::Status WriteShards(FileSystem& fs, internal::IoBackend& backend, size_t ch
       if (t.raw_bytes == 0) continue;
       ReadTarget target{t.name, data, buffer.size()};
       CKPT_RETURN_IF_ERROR(reader.ReadInto({&target, 1}));
-      const uint64_t length = AlignUp(t.raw_bytes);
+      const uint64_t length = AlignUp(t.raw_bytes, kRecordAlignment);
       std::memset(data + t.raw_bytes, 0, length - t.raw_bytes);
       IoExecutor io(backend.queue.get(), chunk_bytes);
       CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kWrite, file.get(), r.offset, data, length, 0));

@@ -6,11 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "format/manifest.h"
 #include "format/names.h"
+#include "util/align.h"
 
 namespace ckpt::internal {
 namespace {
 
-uint64_t AlignUp(uint64_t n) { return (n + kRecordAlignment - 1) / kRecordAlignment * kRecordAlignment; }
 
 }  // namespace
 
@@ -44,7 +44,7 @@ std::vector<PlannedShard> PlanShards(std::span<const TensorView> tensors, uint64
       }
       shard->records.push_back(PlannedRecord{t, shard->padded_bytes, bytes});
       shard->file_bytes = shard->padded_bytes + bytes;
-      shard->padded_bytes = AlignUp(shard->file_bytes);
+      shard->padded_bytes = AlignUp(shard->file_bytes, kRecordAlignment);
     }
   }
   return shards;

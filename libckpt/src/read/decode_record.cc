@@ -12,13 +12,10 @@
 #include "io/io_executor.h"
 #include "util/hash.h"
 #include "util/status_macros.h"
+#include "util/align.h"
 
 namespace ckpt::internal {
 namespace {
-
-uint64_t AlignUp(uint64_t n) {
-  return (n + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
-}
 
 }  // namespace
 
@@ -31,7 +28,7 @@ absl::Status ChecksumMismatch(const std::string& dir, const TensorInfo& t, uint6
 absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::string& dir,
                                               const TensorInfo& t) {
   CKPT_ASSIGN_OR_RETURN(File * file, files.Get(dir, t.shard));
-  const uint64_t length = file->direct() ? AlignUp(t.stored_bytes) : t.stored_bytes;
+  const uint64_t length = file->direct() ? AlignUp(t.stored_bytes, kDirectIoAlignment) : t.stored_bytes;
   CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(length, false));
   IoExecutor io(files.queue(), files.io().chunk_bytes);
   CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, t.offset, stored.data(), length, 0, -1,

@@ -4,13 +4,10 @@
 #include <utility>
 
 #include "util/status_macros.h"
+#include "util/align.h"
 
 namespace ckpt::internal {
 namespace {
-
-uint64_t AlignUp(uint64_t n) {
-  return (n + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
-}
 
 }  // namespace
 
@@ -20,7 +17,7 @@ absl::Status ReadChunks::Ensure() {
   // At most 8 chunks: aligned targets only pass record tails through them,
   // and pre-faulting more would cost the first read more than it saves.
   const uint64_t wanted = std::max<uint64_t>(
-      2 * chunk_bytes_, std::min({buffer_bytes_, AlignUp(largest_record_) * 2, 8 * chunk_bytes_}));
+      2 * chunk_bytes_, std::min({buffer_bytes_, AlignUp(largest_record_, kDirectIoAlignment) * 2, 8 * chunk_bytes_}));
   CKPT_ASSIGN_OR_RETURN(ChunkPool pool, ChunkPool::Create(chunk_bytes_, wanted, queue_));
   pool_.emplace(std::move(pool));
   ReleaseAll();

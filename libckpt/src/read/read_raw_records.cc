@@ -9,13 +9,12 @@
 #include "read/decode_record.h"
 #include "util/hash.h"
 #include "util/status_macros.h"
+#include "util/align.h"
 
 namespace ckpt::internal {
 namespace {
 
 constexpr uint64_t kAlign = kDirectIoAlignment;
-uint64_t AlignDown(uint64_t n) { return n / kAlign * kAlign; }
-uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlign == 0; }
 
 // One call of `ReadRawRecords`: each record is read in one or more parts,
@@ -97,7 +96,7 @@ absl::Status RawRecordReads::StartRecord(IoExecutor& io, size_t r, File* file) {
         AddPart(io, file, Part{r, dst}, t.offset, dst, t.raw_bytes, t.raw_bytes, -1));
   } else if (IsAligned(dst)) {
     // Whole blocks straight into place; the final partial block through a chunk.
-    const uint64_t body = AlignDown(t.raw_bytes);
+    const uint64_t body = AlignDown(t.raw_bytes, kAlign);
     if (body > 0) {
       CKPT_RETURN_IF_ERROR(AddPart(io, file, Part{r, dst}, t.offset, dst, body, body, -1));
     }
@@ -115,7 +114,7 @@ absl::Status RawRecordReads::StartRecord(IoExecutor& io, size_t r, File* file) {
       size_t chunk = 0;
       CKPT_RETURN_IF_ERROR(TakeChunk(io, &chunk));
       CKPT_RETURN_IF_ERROR(AddPart(io, file, Part{r, dst + done, n, chunk}, t.offset + done,
-                                   chunks_.chunk(chunk), AlignUp(n), n, chunks_.buf_index(chunk)));
+                                   chunks_.chunk(chunk), AlignUp(n, kAlign), n, chunks_.buf_index(chunk)));
       done += n;
     }
   }

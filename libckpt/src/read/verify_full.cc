@@ -9,13 +9,10 @@
 #include "read/decode_record.h"
 #include "util/hash.h"
 #include "util/status_macros.h"
+#include "util/align.h"
 
 namespace ckpt::internal {
 namespace {
-
-uint64_t AlignUp(uint64_t n) {
-  return (n + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
-}
 
 }  // namespace
 
@@ -84,7 +81,7 @@ absl::Status VerifyFullCheckpoint(ShardFiles& files, ReadChunks& chunks, const s
       const size_t chunk = chunks.Take();
       ring.push_back(Piece{next_tensor, next_start, n, chunk, false});
       chunk_to_piece[chunk] = ring.size() - 1;
-      const size_t length = (*file)->direct() ? AlignUp(n) : n;
+      const size_t length = (*file)->direct() ? AlignUp(n, kDirectIoAlignment) : n;
       status = io.Start(IoOp::Kind::kRead, *file, t.offset + next_start, chunks.chunk(chunk),
                         length, chunk, chunks.buf_index(chunk), n);
       next_start += n;
