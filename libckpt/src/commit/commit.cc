@@ -12,9 +12,11 @@
 namespace ckpt::internal {
 namespace {
 
+// Names of temp files and trash directories. Every engine's persister
+// commits on its own thread, so each thread has its own generator.
 uint64_t Nonce() {
-  static absl::BitGen* gen = new absl::BitGen();  // thread-compatible use under engine lock
-  return absl::Uniform<uint64_t>(*gen);
+  thread_local absl::BitGen gen;
+  return absl::Uniform<uint64_t>(gen);
 }
 
 // Writes `contents` to a fresh temp file and renames it over ROOT/LATEST.
