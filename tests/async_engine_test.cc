@@ -278,6 +278,29 @@ TEST(AsyncEngineTest, CancelAbandonsInFlightSavesAndCleansUp) {
   ExpectCheckpointEquals(dir.Join("root"), 1, state);
 }
 
+// Close(kCancel) while a lazy save is still copying: the save reports the
+// documented kCancelled, never the kAborted ("writing it failed") that the
+// stager used to return when it saw the abort flag before the pool's cancel.
+TEST(AsyncEngineTest, CancelDuringLazyStagingReportsCancelled) {
+  for (int round = 0; round < 5; ++round) {
+    ScratchDir dir;
+    EngineOptions options = SmallChunks();
+    options.lazy_staging = true;
+    auto engine = Engine::Open(dir.Join("root"), options);
+    ASSERT_TRUE(engine.ok());
+    // Big enough that the lazy stager is still copying when Close runs.
+    std::vector<OwnedTensor> state = SomeState(round + 1, 4'000'000);
+    auto handle = (*engine)->SaveAsync(1, Views(state));
+    ASSERT_TRUE(handle.ok());
+    (void)(*engine)->Close(Engine::CloseMode::kCancel);
+    absl::Status s = testing::WaitOrDie(**handle, absl::Seconds(60), "cancelled lazy save");
+    if (s.ok()) continue;  // it won the race and committed: allowed
+    EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << "round " << round << ": " << s;
+    absl::Status staged = (*handle)->WaitStaged();
+    EXPECT_EQ(staged.code(), absl::StatusCode::kCancelled) << "round " << round << ": " << staged;
+  }
+}
+
 TEST(AsyncEngineTest, DestructorWaitsForInFlightSaves) {
   ScratchDir dir;
   std::vector<OwnedTensor> state = SomeState(3);

@@ -13,9 +13,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <random>
 #include <stdexcept>
+#include <thread>
 
 namespace ckpt::testing {
 
@@ -139,6 +143,34 @@ std::vector<TensorView> Views(const std::vector<OwnedTensor>& tensors) {
   views.reserve(tensors.size());
   for (const auto& t : tensors) views.push_back(t.view());
   return views;
+}
+
+void RunOrDie(const std::function<void()>& fn, absl::Duration deadline, const std::string& what) {
+  std::promise<void> done;
+  std::future<void> finished = done.get_future();
+  std::thread runner([&fn, &done] {
+    fn();
+    done.set_value();
+  });
+  if (finished.wait_for(absl::ToChronoNanoseconds(deadline)) != std::future_status::ready) {
+    std::fprintf(stderr, "\nFATAL: %s did not finish within %s (a hang); aborting the test binary\n",
+                 what.c_str(), absl::FormatDuration(deadline).c_str());
+    std::fflush(stderr);
+    std::abort();
+  }
+  runner.join();
+}
+
+absl::Status WaitOrDie(SaveHandle& handle, absl::Duration deadline, const std::string& what) {
+  absl::Status status;
+  RunOrDie([&] { status = handle.Wait(); }, deadline, what);
+  return status;
+}
+
+absl::Status WaitStagedOrDie(SaveHandle& handle, absl::Duration deadline, const std::string& what) {
+  absl::Status status;
+  RunOrDie([&] { status = handle.WaitStaged(); }, deadline, what);
+  return status;
 }
 
 }  // namespace ckpt::testing

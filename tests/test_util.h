@@ -3,10 +3,14 @@
 #define CKPT_TESTS_TEST_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "ckpt/engine.h"
 #include "ckpt/options.h"
 #include "ckpt/tensor.h"
 
@@ -54,6 +58,14 @@ EngineOptions SmallChunks();
 // tensors, every byte, every stored checksum, and `Verify()` passing.
 void ExpectCheckpointEquals(const std::string& root, int64_t step,
                             const std::vector<OwnedTensor>& want);
+
+// A save that hangs is worse than one that fails: these wait at most
+// `deadline`, then print `what` and abort the test binary (a hung engine
+// thread cannot be stopped, so failing fast is the only way not to hang CI).
+absl::Status WaitOrDie(SaveHandle& handle, absl::Duration deadline, const std::string& what);
+absl::Status WaitStagedOrDie(SaveHandle& handle, absl::Duration deadline, const std::string& what);
+// Runs `fn` (e.g. a `SaveAsync` that may block) under the same deadline.
+void RunOrDie(const std::function<void()>& fn, absl::Duration deadline, const std::string& what);
 
 // Removes `path` recursively (best effort).
 void RemoveTree(const std::string& path);

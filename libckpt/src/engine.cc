@@ -140,14 +140,17 @@ class EngineImpl final : public Engine {
           2, (options_.staging_bytes + options_.io.chunk_bytes - 1) / options_.io.chunk_bytes);
       CKPT_RETURN_IF_ERROR(pool_.Resize(chunks, backend_.queue.get()));
     }
-    PersisterContext ctx{fs_.get(), backend_.queue.get(), &pool_, root_, backend_.direct,
-                         backend_.description, kWriter, options_.compression_level,
-                         options_.delta};
+    PersisterContext ctx{fs_.get(),        backend_.queue.get(),
+                         &pool_,           root_,
+                         backend_.direct,  backend_.description,
+                         kWriter,          options_.compression_level,
+                         options_.delta,   options_.io.encode_buffers};
     persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job, const absl::Status& outcome, const SaveStats& s) {
                                  OnSaveDone(job, outcome, s);
                                });
     if (options_.lazy_staging) lazy_ = std::make_unique<LazyStager>(&pool_);
-    if (options_.watchdog_timeout > absl::ZeroDuration()) {
+    if (options_.watchdog_timeout > absl::ZeroDuration() ||
+        options_.stall_timeout > absl::ZeroDuration()) {
       watchdog_ = std::thread([this] { Watch(); });
     }
     return absl::OkStatus();
@@ -281,7 +284,7 @@ class EngineImpl final : public Engine {
       if (closed_) return absl::OkStatus();
       closed_ = true;
       if (mode == CloseMode::kCancel) {
-        for (auto& job : inflight_) job->abort = true;
+        for (auto& job : inflight_) job->Abort(absl::CancelledError("save cancelled: engine closing"));
       }
     }
     if (mode == CloseMode::kCancel) pool_.Cancel();
@@ -346,7 +349,8 @@ class EngineImpl final : public Engine {
         stats_.bytes_committed += s.file_bytes;
       } else {
         ++stats_.saves_failed;
-        if (owned != nullptr) failed_.emplace_back(owned, outcome);
+        // A save the watchdog gave up was queued for reporting then.
+        if (owned != nullptr && !job.expired()) failed_.emplace_back(owned, outcome);
       }
       stats_.last = s;
       snapshot = stats_;
@@ -364,20 +368,47 @@ class EngineImpl final : public Engine {
     }
   }
 
+  // Watches the oldest save not given up yet: warns once after
+  // `watchdog_timeout` without progress, gives it up after `stall_timeout`.
   void Watch() {
-    const absl::Duration timeout = options_.watchdog_timeout;
+    const absl::Duration warn_after = options_.watchdog_timeout;
+    const absl::Duration give_up_after = options_.stall_timeout;
+    absl::Duration shortest = absl::InfiniteDuration();
+    if (warn_after > absl::ZeroDuration()) shortest = warn_after;
+    if (give_up_after > absl::ZeroDuration()) shortest = std::min(shortest, give_up_after);
     const absl::Duration period =
-        std::clamp(timeout / 4, absl::Milliseconds(10), absl::Seconds(1));
+        std::clamp(shortest / 4, absl::Milliseconds(10), absl::Seconds(1));
     MutexLock lock(&mu_);
     while (!watchdog_stop_) {
       mu_.AwaitWithTimeout([this] { return watchdog_stop_; }, period);
-      if (watchdog_stop_ || inflight_.empty()) continue;
-      std::shared_ptr<SaveJob> job = inflight_.front();
+      if (watchdog_stop_) continue;
+      auto live = std::find_if(inflight_.begin(), inflight_.end(),
+                               [](const auto& j) { return !j->expired(); });
+      if (live == inflight_.end()) continue;
+      std::shared_ptr<SaveJob> job = *live;
       const absl::Duration idle = absl::FromChrono(job->since_progress());
-      if (idle < timeout || job->stall_reported.exchange(true)) continue;
+      const char* stage = SaveStageName(job->stage.load());
+      if (give_up_after > absl::ZeroDuration() && idle >= give_up_after) {
+        absl::Status error = absl::DeadlineExceededError(absl::StrCat(
+            "save of step ", job->step(), " in ", root_, " made no progress for ",
+            absl::FormatDuration(idle), " while in stage ", stage,
+            " (stall_timeout); given up, nothing committed"));
+        if (job->Expire(error)) {
+          ++stats_.saves_given_up;
+          failed_.emplace_back(job, error);
+          Log(LogLevel::kError, error.message());
+          pool_.WakeWaiters();  // a stager waiting for staging memory stops
+          continue;
+        }
+      }
+      if (warn_after <= absl::ZeroDuration() || idle < warn_after ||
+          job->stall_reported.exchange(true)) {
+        continue;
+      }
       ++stats_.watchdog_stalls;
       Log(LogLevel::kWarning, absl::StrCat("watchdog: save of step ", job->step(), " in ", root_,
-                                           " made no progress for ", absl::FormatDuration(idle)));
+                                           " made no progress for ", absl::FormatDuration(idle),
+                                           " (stage: ", stage, ")"));
       if (options_.on_stall) {
         mu_.Unlock();
         options_.on_stall(job->step(), idle);
@@ -435,6 +466,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   if (options.delta.full_every < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("delta.full_every ", options.delta.full_every, " must be at least 1"));
+  }
+  if (options.io.encode_buffers < 1) {
+    return absl::InvalidArgumentError("io.encode_buffers must be at least 1");
   }
   if (options.compression_level < 0 || options.compression_level > 19) {
     return absl::InvalidArgumentError(

@@ -57,7 +57,8 @@ struct EngineStats {
   uint64_t saves_failed = 0;
   uint64_t saves_skipped = 0;
   uint64_t bytes_committed = 0;
-  uint64_t watchdog_stalls = 0;
+  uint64_t watchdog_stalls = 0;   // saves reported for `watchdog_timeout`
+  uint64_t saves_given_up = 0;    // saves failed for `stall_timeout`
   size_t saves_in_flight = 0;
   size_t staging_bytes = 0;       // size of the staging pool now
   size_t staging_bytes_free = 0;

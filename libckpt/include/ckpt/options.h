@@ -41,6 +41,12 @@ struct IoOptions {
   // first use, at most 8 chunks and no more than the checkpoint needs.
   // (Saves stage through `EngineOptions::staging_bytes` instead.)
   size_t buffer_bytes = size_t{64} << 20;
+  // Saves whose records are encoded (deltas, zstd): output buffers of
+  // `chunk_bytes` each that encoded bytes are gathered in before they are
+  // written. Any number >= 1 completes every save (a shard holding a partly
+  // filled buffer writes its whole blocks early when another needs it);
+  // more lets more writes overlap the encoding.
+  size_t encode_buffers = 8;
 };
 
 // Delta checkpoints: between full saves, store only what changed since the
@@ -106,9 +112,18 @@ struct EngineOptions {
 
   DeltaOptions delta;
 
-  // A save that makes no progress for this long is reported (log line,
-  // `EngineStats::watchdog_stalls`, `on_stall`). Zero disables the watchdog.
+  // A save that makes no progress (no chunk staged, written or encoded, no
+  // commit step done) for this long is reported (log line,
+  // `EngineStats::watchdog_stalls`, `on_stall`). Zero disables the warning.
   absl::Duration watchdog_timeout = absl::Minutes(5);
+  // A save that makes no progress for this long is given up: it fails with
+  // DEADLINE_EXCEEDED naming the stage it was stuck in (staging, encoding,
+  // writing, commit), every waiter (`WaitStaged`, `Wait`, a caller blocked in
+  // `SaveAsync` for staging memory, the next `SaveAsync`, `Close`) gets that
+  // error at once, nothing is committed and its temp directory is removed
+  // once the stuck call returns. A save whose final rename has begun is not
+  // given up (it is reported only). Zero disables. See docs/engine.md.
+  absl::Duration stall_timeout = absl::Minutes(10);
   // Called (from the watchdog thread) with the stalled step and how long it
   // has made no progress. Must not call back into the engine.
   std::function<void(int64_t step, absl::Duration stalled_for)> on_stall;

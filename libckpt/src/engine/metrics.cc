@@ -50,6 +50,7 @@ std::string PrometheusText(const EngineStats& s, const std::string& root) {
   metric("saves_skipped_total", "counter", "Saves skipped because staging memory was busy.", s.saves_skipped);
   metric("bytes_committed_total", "counter", "Shard bytes of committed saves.", s.bytes_committed);
   metric("watchdog_stalls_total", "counter", "Saves that made no progress for the watchdog timeout.", s.watchdog_stalls);
+  metric("saves_given_up_total", "counter", "Saves failed after making no progress for the stall timeout.", s.saves_given_up);
   metric("saves_in_flight", "gauge", "Saves started and not finished.", s.saves_in_flight);
   metric("staging_bytes", "gauge", "Size of the staging pool.", s.staging_bytes);
   metric("last_save_step", "gauge", "Step of the last finished save.", s.last.step);

@@ -20,9 +20,6 @@ namespace {
 
 // Tags of encoder output buffers carry this bit; staging chunks do not.
 constexpr uint64_t kOutputTag = uint64_t{1} << 62;
-constexpr size_t kOutputBuffers = 8;
-
-uint64_t AlignUp(uint64_t n) { return (n + kRecordAlignment - 1) / kRecordAlignment * kRecordAlignment; }
 
 }  // namespace
 
@@ -48,7 +45,7 @@ void Persister::Stop(bool abandon) {
     MutexLock lock(&mu_);
     if (abandon) {
       abandon_ = true;
-      for (auto& job : jobs_) job->abort = true;
+      for (auto& job : jobs_) job->Abort(absl::CancelledError("save cancelled: engine closing"));
     }
     stopping_ = true;
   }
@@ -108,7 +105,9 @@ void Persister::UpdateReference(const SaveJob& job, const StagedChunk& chunk, co
 absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
                                     Plan& plan) {
   absl::Status status;
-  if (abandon_) status = absl::CancelledError("save cancelled: engine closing");
+  if (abandon_) job.Abort(absl::CancelledError("save cancelled: engine closing"));
+  if (job.abort) status = job.abort_reason();
+  job.stage = SaveStage::kWriting;
   if (status.ok()) status = ctx_.fs->CreateDir(job.temp_dir);
   OpenOptions open;
   open.write = true;
@@ -122,39 +121,38 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
   }
 
   IoExecutor io(ctx_.queue, ctx_.pool->chunk_bytes());
-  std::vector<size_t> free_outputs;
   std::vector<uint64_t> written;
+  ShardOutputs* outputs = nullptr;  // set when the plan encodes
   auto fail = [&](absl::Status s) {
+    job.Abort(s);  // the stager stops at its next chunk,
+    ctx_.pool->WakeWaiters();  // or at once if it waits for one
     if (status.ok()) status = std::move(s);
-    job.abort = true;  // the stager stops at its next chunk
   };
   // Gives back the buffers of finished writes.
   auto release = [&](const std::vector<uint64_t>& tags) {
     for (uint64_t tag : tags) {
-      if (tag & kOutputTag) free_outputs.push_back(tag & ~kOutputTag);
+      if (tag & kOutputTag) outputs->Release(tag & ~kOutputTag);
       else ctx_.pool->Release(tag);
     }
     if (!tags.empty()) job.Touch();
   };
   auto poll = [&](bool block) {
+    if (block) job.stage = SaveStage::kWriting;
     written.clear();
     absl::Status polled = io.Poll(block, &written);
     release(written);
     if (!polled.ok()) fail(polled);
   };
-  ShardOutputs::AcquireFn acquire = [&]() -> absl::StatusOr<size_t> {
-    while (free_outputs.empty() && status.ok()) poll(/*block=*/true);
-    if (!status.ok()) return status;
-    size_t i = free_outputs.back();
-    free_outputs.pop_back();
-    return i;
-  };
-  ShardOutputs* outputs = nullptr;
   ShardOutputs::EmitFn emit = [&](size_t shard, uint64_t offset, size_t buffer, size_t bytes) {
-    const size_t length = AlignUp(bytes);  // only a shard's last block is partial
-    if (length != bytes) std::memset(outputs->buffer(buffer) + bytes, 0, length - bytes);
-    return io.Start(IoOp::Kind::kWrite, files[shard].get(), offset, outputs->buffer(buffer),
-                    length, kOutputTag | buffer);
+    job.Touch();  // a write handed to the kernel is progress
+    return io.Start(IoOp::Kind::kWrite, files[shard].get(), offset, outputs->buffer(buffer), bytes,
+                    kOutputTag | buffer);
+  };
+  ShardOutputs::WaitFn wait = [&]() -> absl::StatusOr<bool> {
+    if (io.transfers_in_flight() == 0) return false;
+    poll(/*block=*/true);
+    if (!status.ok()) return status;
+    return true;
   };
   if (status.ok() && !plan.delta && ctx_.compression_level == 0) {
     // Raw shards have their final size now: reserving it gives each file
@@ -166,24 +164,23 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     }
   }
   if (status.ok() && (plan.delta || ctx_.compression_level > 0)) {
-    auto created = ShardOutputs::Create(job.plan.size(), ctx_.pool->chunk_bytes(), kOutputBuffers);
+    auto created = ShardOutputs::Create(job.plan.size(), ctx_.pool->chunk_bytes(),
+                                        ctx_.output_buffers, emit, wait);
     absl::StatusOr<std::unique_ptr<ShardEncoder>> encoder =
         created.ok() ? (plan.delta ? NewDeltaShardEncoder(job, ctx_.delta,
                                                           std::max(1, ctx_.compression_level),
-                                                          reference_.get(), std::move(*created),
-                                                          acquire, emit)
+                                                          reference_.get(), std::move(*created))
                                    : NewZstdShardEncoder(job, ctx_.compression_level,
-                                                         std::move(*created), acquire, emit))
+                                                         std::move(*created)))
                      : absl::StatusOr<std::unique_ptr<ShardEncoder>>(created.status());
     if (encoder.ok()) {
       plan.encoder = std::move(*encoder);
       outputs = &plan.encoder->outputs();
-      for (size_t i = outputs->buffers(); i > 0; --i) free_outputs.push_back(i - 1);
     } else {
       status = encoder.status();
     }
   }
-  if (!status.ok()) job.abort = true;
+  if (!status.ok()) job.Abort(status);
   ShardEncoder* encoder = plan.encoder.get();
   const bool update_reference = reference_ != nullptr && !plan.delta;
 
@@ -192,20 +189,32 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
   bool more = true;
   bool finished = false;
   while (more || io.transfers_in_flight() > 0) {
+    // Aborted from elsewhere: cancelled by `Close`, or given up by the watchdog.
+    if (status.ok() && abandon_) fail(absl::CancelledError("save cancelled: engine closing"));
+    if (status.ok() && job.abort) fail(job.abort_reason());
     ready.clear();
-    if (more) more = job.TakeChunks(/*block=*/io.transfers_in_flight() == 0, &ready);
-    if (!ready.empty() && !job.writing_since.has_value()) job.writing_since = Clock::now();
+    if (more) {
+      const bool block = io.transfers_in_flight() == 0;
+      if (block) job.stage = SaveStage::kStaging;
+      more = job.TakeChunks(block, /*stop_on_abort=*/status.ok(), &ready);
+    }
+    if (!ready.empty()) {
+      if (!job.writing_since.has_value()) job.writing_since = Clock::now();
+      job.stage = SaveStage::kWriting;
+    }
     for (const StagedChunk& c : ready) {
-      if (status.ok() && abandon_) fail(absl::CancelledError("save cancelled: engine closing"));
+      if (status.ok() && job.abort) fail(job.abort_reason());
       const char* data = ctx_.pool->chunk(c.chunk);
       if (status.ok() && update_reference) UpdateReference(job, c, data);
       if (status.ok() && encoder != nullptr) {
         releasable.clear();
+        job.stage = SaveStage::kEncoding;
         absl::Status s = encoder->Consume(c, data, &releasable);
         if (!s.ok()) fail(s);
         for (size_t r : releasable) ctx_.pool->Release(r);
         continue;  // the encoder listed `c` when it no longer needs it
       } else if (status.ok()) {
+        job.Touch();  // a write handed to the kernel is progress
         absl::Status s = io.Start(IoOp::Kind::kWrite, files[c.shard].get(), c.file_offset,
                                   const_cast<char*>(data), c.bytes, c.chunk,
                                   ctx_.pool->buf_index(c.chunk));
@@ -216,6 +225,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     }
     if (!more && status.ok() && encoder != nullptr && !finished) {
       finished = true;
+      job.stage = SaveStage::kEncoding;
       absl::Status s = encoder->Finish();
       if (!s.ok()) fail(s);
     }
@@ -237,6 +247,9 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
 
 absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
                                const Plan& plan, SaveStats* stats) {
+  job.stage = SaveStage::kCommitting;
+  // Between steps that may take long (fsyncs), a save given up meanwhile stops.
+  auto check_abort = [&job]() { return job.abort ? job.abort_reason() : absl::OkStatus(); };
   const ShardEncoder* encoder = plan.encoder.get();
   Manifest manifest;
   manifest.tensors.resize(job.tensors.size());
@@ -270,6 +283,7 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     if (layout.file_bytes != layout.padded_bytes) {
       CKPT_RETURN_IF_ERROR(files[i]->Truncate(layout.file_bytes));
     }
+    CKPT_RETURN_IF_ERROR(check_abort());
     CKPT_RETURN_IF_ERROR(files[i]->Sync());
     CKPT_RETURN_IF_ERROR(files[i]->Close());
     job.Touch();
@@ -293,6 +307,9 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
   CKPT_RETURN_IF_ERROR(
       WriteFileDurably(*ctx_.fs, *ctx_.queue, JoinPath(job.temp_dir, kManifestName), contents));
   job.Touch();
+  // Past this point the save completes (or fails) on its own: the watchdog
+  // no longer gives up on it.
+  if (!job.BeginCommit()) return job.abort_reason();
   CKPT_RETURN_IF_ERROR(CommitCheckpoint(*ctx_.fs, *ctx_.queue, ctx_.root, job.temp_dir, job.final_name));
   if (reference_ != nullptr) {
     reference_->Retain(job.tensors);
@@ -313,12 +330,19 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   SaveStats stats;
   if (status.ok()) status = Commit(job, files, plan, &stats);
   if (!status.ok()) {
+    // The first reason the save was given up for (e.g. cancelled, stalled)
+    // is its outcome, not what that did to the stager or the writes.
+    const absl::Status reason = job.abort_reason();
+    if (!reason.ok()) status = reason;
     plan.encoder.reset();  // gives nothing back: its chunks were released or are dropped below
     files.clear();         // close what is open before removing the directory
     RemoveTreeBestEffort(*ctx_.fs, job.temp_dir);
     // The reference may be half updated: the next save is full.
     if (reference_ != nullptr) reference_->Invalidate();
-    status = Annotate(status, absl::StrCat("save of step ", job.step(), " in ", ctx_.root));
+    // (The watchdog's reason names the step and root already.)
+    if (!job.expired()) {
+      status = Annotate(status, absl::StrCat("save of step ", job.step(), " in ", ctx_.root));
+    }
   }
   stats.step = job.step();
   stats.dir = status.ok() ? JoinPath(ctx_.root, job.final_name) : "";

@@ -31,6 +31,9 @@ struct PersisterContext {
   std::string writer;         // "ckpt <version>"
   int compression_level = 0;  // zstd level; 0 = raw records
   DeltaOptions delta;
+  // Encoded (delta or zstd) saves write through this many output buffers of
+  // a staging chunk's size; any number >= 1 works (see ShardOutputs).
+  size_t output_buffers = 8;
 };
 
 class Persister {

@@ -2,23 +2,67 @@
 
 namespace ckpt::internal {
 
+const char* SaveStageName(SaveStage stage) {
+  switch (stage) {
+    case SaveStage::kQueued: return "queued behind an earlier save";
+    case SaveStage::kStaging: return "staging";
+    case SaveStage::kEncoding: return "encoding";
+    case SaveStage::kWriting: return "writing";
+    case SaveStage::kCommitting: return "commit";
+  }
+  return "unknown";
+}
+
 absl::Status SaveJob::WaitStaged() {
   MutexLock lock(&mu_);
-  mu_.Await([this] { return staging_done_; });
-  if (!staging_status_.ok()) error_reported_ = true;
-  return staging_status_;
+  mu_.Await([this] { return staging_done_ || expired_; });
+  const absl::Status s = staging_done_ ? staging_status_ : abort_reason_;
+  if (!s.ok()) error_reported_ = true;
+  return s;
 }
 
 absl::Status SaveJob::Wait() {
   MutexLock lock(&mu_);
-  mu_.Await([this] { return done_; });
+  mu_.Await([this] { return done_ || expired_; });
   error_reported_ = true;
-  return status_;
+  return done_ ? status_ : abort_reason_;
 }
 
 bool SaveJob::Done() const {
   MutexLock lock(&mu_);
-  return done_;
+  return done_ || expired_;
+}
+
+void SaveJob::Abort(absl::Status reason) {
+  MutexLock lock(&mu_);  // unlocking wakes a persister waiting for chunks
+  if (abort_reason_.ok()) abort_reason_ = std::move(reason);
+  abort = true;
+}
+
+absl::Status SaveJob::abort_reason() const {
+  MutexLock lock(&mu_);
+  return abort_reason_;
+}
+
+bool SaveJob::BeginCommit() {
+  MutexLock lock(&mu_);
+  if (abort) return false;
+  committing_ = true;
+  return true;
+}
+
+bool SaveJob::Expire(absl::Status reason) {
+  MutexLock lock(&mu_);
+  if (done_ || committing_ || expired_) return false;
+  if (abort_reason_.ok()) abort_reason_ = std::move(reason);
+  abort = true;
+  expired_ = true;
+  return true;
+}
+
+bool SaveJob::expired() const {
+  MutexLock lock(&mu_);
+  return expired_;
 }
 
 bool SaveJob::skipped() const {
@@ -64,12 +108,14 @@ absl::Status SaveJob::staging_status() const {
   return staging_status_;
 }
 
-bool SaveJob::TakeChunks(bool block, std::vector<StagedChunk>* out) {
+bool SaveJob::TakeChunks(bool block, bool stop_on_abort, std::vector<StagedChunk>* out) {
   MutexLock lock(&mu_);
+  // An aborted save's chunks are only given back: deferral no longer applies.
+  const auto takeable = [this] { return !ready_.empty() && (WritesAllowed() || abort); };
   if (block) {
-    mu_.Await([this] { return staging_done_ || (!ready_.empty() && WritesAllowed()); });
+    mu_.Await([&] { return staging_done_ || (stop_on_abort && abort) || takeable(); });
   }
-  if (!WritesAllowed()) return true;
+  if (!WritesAllowed() && !abort) return true;
   out->insert(out->end(), ready_.begin(), ready_.end());
   ready_.clear();
   return !(staging_done_ && out->empty());
@@ -77,6 +123,8 @@ bool SaveJob::TakeChunks(bool block, std::vector<StagedChunk>* out) {
 
 void SaveJob::Finish(absl::Status status, SaveStats stats) {
   MutexLock lock(&mu_);
+  // What an expired save's waiters were told stays its outcome.
+  if (expired_) status = abort_reason_;
   if (!staging_done_) {
     staging_done_ = true;
     staging_status_ = status;
@@ -103,7 +151,8 @@ void SaveJob::MarkErrorReported() {
 
 bool SaveJob::error_reported() const {
   MutexLock lock(&mu_);
-  return error_reported_ || status_.ok();
+  if (error_reported_ || expired_) return error_reported_;
+  return status_.ok();
 }
 
 }  // namespace ckpt::internal

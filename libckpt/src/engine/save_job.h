@@ -37,6 +37,16 @@ struct StagedChunk {
   size_t bytes = 0;
 };
 
+// Where a save is, for the watchdog's reports.
+enum class SaveStage : uint8_t {
+  kQueued,      // behind an earlier save
+  kStaging,     // copying into staging memory (or the persister waits for it)
+  kEncoding,    // delta or zstd encoding on the persister
+  kWriting,     // waiting for shard writes
+  kCommitting,  // truncate, fsync, manifest, rename
+};
+const char* SaveStageName(SaveStage stage);
+
 class SaveJob final : public SaveHandle {
  public:
   SaveJob(int64_t step, std::string extras_json, std::vector<TensorView> tensors,
@@ -78,10 +88,10 @@ class SaveJob final : public SaveHandle {
   void FinishStaging(absl::Status status);
 
   // --- Persister side ---
-  // Moves ready chunks into `out`; waits for some (or for staging to finish)
-  // only when `block`. Returns false once staging has finished and every
-  // chunk was taken.
-  bool TakeChunks(bool block, std::vector<StagedChunk>* out);
+  // Moves ready chunks into `out`; waits for some (or for staging to finish,
+  // or, with `stop_on_abort`, for `Abort`) only when `block`. Returns false
+  // once staging has finished and every chunk was taken.
+  bool TakeChunks(bool block, bool stop_on_abort, std::vector<StagedChunk>* out);
   absl::Status staging_status() const;
   // Records the outcome (once) and wakes `WaitStaged` and `Wait`.
   void Finish(absl::Status status, SaveStats stats);
@@ -91,15 +101,33 @@ class SaveJob final : public SaveHandle {
   bool error_reported() const;
   void MarkErrorReported();
 
+  // --- Failing a save from any thread ---
+  // The save cannot succeed any more (its writing failed, the engine is
+  // closing with kCancel, or it stalled): sets `abort`, so the stager stops
+  // at its next chunk and the persister at its next step, and wakes the
+  // persister if it waits for chunks. The first reason is the save's outcome.
+  void Abort(absl::Status reason);
+  absl::Status abort_reason() const;
+  // The persister is about to rename the checkpoint into place: returns false
+  // (and the save must not commit) if it was aborted; after true, `Expire`
+  // refuses.
+  bool BeginCommit();
+  // The watchdog gives up on a stalled save: aborts it with `reason` and
+  // hands `reason` to every `WaitStaged`/`Wait` now, without waiting for the
+  // persister (which may be stuck in a system call) to notice. Returns false,
+  // doing nothing, once the save is done or committing.
+  bool Expire(absl::Status reason);
+  bool expired() const;
+
   // --- Watchdog ---
   void Touch() { last_progress_ns_.store(Clock::now().time_since_epoch().count()); }
   Clock::duration since_progress() const {
     return Clock::now().time_since_epoch() - Clock::duration(last_progress_ns_.load());
   }
   std::atomic<bool> stall_reported{false};
-  // Set when the save cannot succeed any more (its writing failed, or the
-  // engine is closing with kCancel): the stager stops at its next chunk.
+  // True once `Abort` was called: read without the lock on hot paths.
   std::atomic<bool> abort{false};
+  std::atomic<SaveStage> stage{SaveStage::kQueued};
 
   // Immutable after construction, except as noted.
   const int64_t step_;
@@ -135,6 +163,9 @@ class SaveJob final : public SaveHandle {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool skipped_ ABSL_GUARDED_BY(mu_) = false;
   bool error_reported_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status abort_reason_ ABSL_GUARDED_BY(mu_);
+  bool committing_ ABSL_GUARDED_BY(mu_) = false;
+  bool expired_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   SaveStats stats_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> last_progress_ns_{0};

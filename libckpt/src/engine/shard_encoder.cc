@@ -13,19 +13,25 @@
 
 namespace ckpt::internal {
 
-ShardEncoder::ShardEncoder(const SaveJob& job, std::unique_ptr<ShardOutputs> outputs,
-                           ShardOutputs::AcquireFn acquire, ShardOutputs::EmitFn emit)
+ShardEncoder::ShardEncoder(const SaveJob& job, std::unique_ptr<ShardOutputs> outputs)
     : job_(job),
       outputs_(std::move(outputs)),
-      acquire_(std::move(acquire)),
-      emit_(std::move(emit)),
       shards_(job.plan.size()),
       records_(job.tensors.size(), RecordLayout{0, 0, "raw", 0}),
       restored_hashes_(job.tensors.size(), 0) {}
 
+absl::Status ShardEncoder::Consume(const StagedChunk& chunk, const char* data,
+                                   std::vector<size_t>* release) {
+  CKPT_RETURN_IF_ERROR(ConsumeChunk(chunk, data, release));
+  if (chunk.file_offset + chunk.bytes == job_.plan[chunk.shard].padded_bytes) {
+    CKPT_ASSIGN_OR_RETURN(shards_[chunk.shard], outputs_->FinishShard(chunk.shard));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardEncoder::Finish() {
   for (size_t s = 0; s < job_.plan.size(); ++s) {
-    CKPT_ASSIGN_OR_RETURN(shards_[s], outputs_->FinishShard(s, acquire_, emit_));
+    CKPT_ASSIGN_OR_RETURN(shards_[s], outputs_->FinishShard(s));
   }
   return absl::OkStatus();
 }
@@ -49,16 +55,15 @@ absl::Status ForEachRecordPart(const PlannedShard& shard, uint64_t begin, uint64
 
 class ZstdShardEncoder final : public ShardEncoder {
  public:
-  ZstdShardEncoder(const SaveJob& job, int level, std::unique_ptr<ShardOutputs> outputs,
-                   ShardOutputs::AcquireFn acquire, ShardOutputs::EmitFn emit)
-      : ShardEncoder(job, std::move(outputs), std::move(acquire), std::move(emit)),
+  ZstdShardEncoder(const SaveJob& job, int level, std::unique_ptr<ShardOutputs> outputs)
+      : ShardEncoder(job, std::move(outputs)),
         cctx_(ZSTD_createCCtx(), ZSTD_freeCCtx) {
     ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_compressionLevel, level);
     ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_checksumFlag, 0);  // XXH3 of the raw bytes covers it
   }
 
-  absl::Status Consume(const StagedChunk& chunk, const char* data,
-                       std::vector<size_t>* release) override {
+  absl::Status ConsumeChunk(const StagedChunk& chunk, const char* data,
+                            std::vector<size_t>* release) override {
     const PlannedShard& plan = job_.plan[chunk.shard];
     release->push_back(chunk.chunk);  // nothing is kept past this call
     return ForEachRecordPart(
@@ -67,7 +72,7 @@ class ZstdShardEncoder final : public ShardEncoder {
           const PlannedRecord& rec = plan.records[r];
           RecordLayout& layout = records_[rec.tensor];
           if (lo == rec.offset) {
-            CKPT_ASSIGN_OR_RETURN(layout.offset, outputs_->BeginRecord(chunk.shard, acquire_, emit_));
+            CKPT_ASSIGN_OR_RETURN(layout.offset, outputs_->BeginRecord(chunk.shard));
             layout.encoding = "zstd";
           }
           scratch_.resize(ZSTD_compressBound(hi - lo));
@@ -75,7 +80,7 @@ class ZstdShardEncoder final : public ShardEncoder {
                                           data + (lo - chunk.file_offset), hi - lo);
           if (ZSTD_isError(z)) return absl::InternalError(absl::StrCat("zstd: ", ZSTD_getErrorName(z)));
           layout.stored_bytes += z;
-          return outputs_->Append(chunk.shard, scratch_.data(), z, acquire_, emit_);
+          return outputs_->Append(chunk.shard, scratch_.data(), z);
         });
   }
 
@@ -87,15 +92,14 @@ class ZstdShardEncoder final : public ShardEncoder {
 class DeltaShardEncoder final : public ShardEncoder {
  public:
   DeltaShardEncoder(const SaveJob& job, const DeltaOptions& options, int level,
-                    ReferenceState* reference, std::unique_ptr<ShardOutputs> outputs,
-                    ShardOutputs::AcquireFn acquire, ShardOutputs::EmitFn emit)
-      : ShardEncoder(job, std::move(outputs), std::move(acquire), std::move(emit)),
+                    ReferenceState* reference, std::unique_ptr<ShardOutputs> outputs)
+      : ShardEncoder(job, std::move(outputs)),
         options_(options),
         level_(level),
         reference_(reference) {}
 
-  absl::Status Consume(const StagedChunk& chunk, const char* data,
-                       std::vector<size_t>* release) override {
+  absl::Status ConsumeChunk(const StagedChunk& chunk, const char* data,
+                            std::vector<size_t>* release) override {
     const PlannedShard& plan = job_.plan[chunk.shard];
     held_.push_back(chunk.chunk);
     absl::Status status = ForEachRecordPart(
@@ -126,7 +130,7 @@ class DeltaShardEncoder final : public ShardEncoder {
   absl::Status EncodeRecord(size_t shard, const PlannedRecord& rec) {
     const TensorView& t = job_.tensors[rec.tensor];
     RecordLayout& layout = records_[rec.tensor];
-    CKPT_ASSIGN_OR_RETURN(layout.offset, outputs_->BeginRecord(shard, acquire_, emit_));
+    CKPT_ASSIGN_OR_RETURN(layout.offset, outputs_->BeginRecord(shard));
     char* ref = reference_->Find(t.name, t.dtype, t.shape);
     if (ref != nullptr) {
       const int level = level_;
@@ -139,7 +143,7 @@ class DeltaShardEncoder final : public ShardEncoder {
         layout.stored_bytes = delta->bytes.size();
         layout.error_bound = delta->error_bound;
         if (delta->encoding == "topk") restored_hashes_[rec.tensor] = Xxh3(ref, t.nbytes);
-        return outputs_->Append(shard, delta->bytes.data(), delta->bytes.size(), acquire_, emit_);
+        return outputs_->Append(shard, delta->bytes.data(), delta->bytes.size());
       }
       // Not smaller: store it whole (and the reference becomes X exactly).
     } else {
@@ -151,7 +155,7 @@ class DeltaShardEncoder final : public ShardEncoder {
     size_t offset = 0;
     for (const Piece& p : pieces_) {
       if (ref != nullptr) std::memcpy(ref + offset, p.data, p.bytes);
-      CKPT_RETURN_IF_ERROR(outputs_->Append(shard, p.data, p.bytes, acquire_, emit_));
+      CKPT_RETURN_IF_ERROR(outputs_->Append(shard, p.data, p.bytes));
       offset += p.bytes;
     }
     return absl::OkStatus();
@@ -173,18 +177,15 @@ class DeltaShardEncoder final : public ShardEncoder {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardEncoder>> NewZstdShardEncoder(
-    const SaveJob& job, int level, std::unique_ptr<ShardOutputs> outputs,
-    ShardOutputs::AcquireFn acquire, ShardOutputs::EmitFn emit) {
-  return std::unique_ptr<ShardEncoder>(
-      new ZstdShardEncoder(job, level, std::move(outputs), std::move(acquire), std::move(emit)));
+    const SaveJob& job, int level, std::unique_ptr<ShardOutputs> outputs) {
+  return std::unique_ptr<ShardEncoder>(new ZstdShardEncoder(job, level, std::move(outputs)));
 }
 
 absl::StatusOr<std::unique_ptr<ShardEncoder>> NewDeltaShardEncoder(
     const SaveJob& job, const DeltaOptions& options, int level, ReferenceState* reference,
-    std::unique_ptr<ShardOutputs> outputs, ShardOutputs::AcquireFn acquire,
-    ShardOutputs::EmitFn emit) {
-  return std::unique_ptr<ShardEncoder>(new DeltaShardEncoder(
-      job, options, level, reference, std::move(outputs), std::move(acquire), std::move(emit)));
+    std::unique_ptr<ShardOutputs> outputs) {
+  return std::unique_ptr<ShardEncoder>(
+      new DeltaShardEncoder(job, options, level, reference, std::move(outputs)));
 }
 
 }  // namespace ckpt::internal

@@ -16,19 +16,18 @@ namespace ckpt::internal {
 
 class ShardEncoder {
  public:
-  ShardEncoder(const SaveJob& job, std::unique_ptr<ShardOutputs> outputs,
-               ShardOutputs::AcquireFn acquire, ShardOutputs::EmitFn emit);
+  ShardEncoder(const SaveJob& job, std::unique_ptr<ShardOutputs> outputs);
   virtual ~ShardEncoder() = default;
 
   // Consumes staged `chunk` (its bytes at `data`). REQUIRES: the chunks of a
   // shard arrive in file-offset order. Appends to `release` the staging
   // chunks that may be given back now (this one, or earlier ones whose
-  // records are now all encoded).
-  virtual absl::Status Consume(const StagedChunk& chunk, const char* data,
-                               std::vector<size_t>* release) = 0;
-  // On error, `release` gets every staging chunk the encoder holds (that
-  // one included): the caller gives back exactly what `release` lists.
-  // Flushes every shard. Call once, after the last chunk.
+  // records are now all encoded). On error, `release` gets every staging
+  // chunk the encoder holds (that one included): the caller gives back
+  // exactly what `release` lists. A shard's last chunk finishes the shard
+  // (its output is flushed at once, so it holds no output buffer).
+  absl::Status Consume(const StagedChunk& chunk, const char* data, std::vector<size_t>* release);
+  // Flushes every shard not finished yet. Call once, after the last chunk.
   absl::Status Finish();
   // Staging chunks still held (after a failure elsewhere); the encoder
   // forgets them.
@@ -42,10 +41,11 @@ class ShardEncoder {
   ShardOutputs& outputs() { return *outputs_; }
 
  protected:
+  virtual absl::Status ConsumeChunk(const StagedChunk& chunk, const char* data,
+                                    std::vector<size_t>* release) = 0;
+
   const SaveJob& job_;
   std::unique_ptr<ShardOutputs> outputs_;
-  ShardOutputs::AcquireFn acquire_;
-  ShardOutputs::EmitFn emit_;
   std::vector<ShardLayout> shards_;
   std::vector<RecordLayout> records_;
   std::vector<uint64_t> restored_hashes_;
@@ -54,8 +54,7 @@ class ShardEncoder {
 // Each record as independent zstd frames, one per staged chunk that held
 // part of it (so readers can stream them).
 absl::StatusOr<std::unique_ptr<ShardEncoder>> NewZstdShardEncoder(
-    const SaveJob& job, int level, std::unique_ptr<ShardOutputs> outputs,
-    ShardOutputs::AcquireFn acquire, ShardOutputs::EmitFn emit);
+    const SaveJob& job, int level, std::unique_ptr<ShardOutputs> outputs);
 
 // Each record as a delta against `reference` (exact or top-k per `options`,
 // payloads zstd level `level`), falling back to the raw bytes where the
@@ -64,8 +63,7 @@ absl::StatusOr<std::unique_ptr<ShardEncoder>> NewZstdShardEncoder(
 // restore of this checkpoint will yield.
 absl::StatusOr<std::unique_ptr<ShardEncoder>> NewDeltaShardEncoder(
     const SaveJob& job, const DeltaOptions& options, int level, ReferenceState* reference,
-    std::unique_ptr<ShardOutputs> outputs, ShardOutputs::AcquireFn acquire,
-    ShardOutputs::EmitFn emit);
+    std::unique_ptr<ShardOutputs> outputs);
 
 }  // namespace ckpt::internal
 

@@ -139,21 +139,27 @@ class ChunkFiller {
   }
 
   absl::Status TakeChunk() {
-    if (job_.abort.load(std::memory_order_relaxed)) {
-      return absl::AbortedError("save abandoned: writing it failed");
-    }
+    if (job_.abort.load(std::memory_order_relaxed)) return AbortReason();
     std::optional<size_t> chunk = pool_.TryAcquire();
     if (!chunk.has_value()) {
       // Chunks queued behind device copies can be handed on meanwhile.
       CKPT_RETURN_IF_ERROR(DrainPending(0));
       job_.WakePersister();  // it frees chunks only once it writes the ones it has
       const Clock::time_point start = Clock::now();
-      chunk = pool_.Acquire();
+      chunk = pool_.Acquire(&job_.abort);
       job_.staging_wait_s += SecondsSince(start);
-      if (!chunk.has_value()) return absl::CancelledError("save cancelled: engine closing");
+      if (!chunk.has_value()) {
+        if (job_.abort) return AbortReason();
+        return absl::CancelledError("save cancelled: engine closing");
+      }
     }
     current_ = *chunk;
     return absl::OkStatus();
+  }
+
+  absl::Status AbortReason() const {
+    absl::Status reason = job_.abort_reason();
+    return reason.ok() ? absl::AbortedError("save abandoned") : reason;
   }
 
   SaveJob& job_;
@@ -173,6 +179,8 @@ class ChunkFiller {
 
 absl::Status StageJob(SaveJob& job, StagingPool& pool, DeviceCopier* copier) {
   const Clock::time_point start = Clock::now();
+  SaveStage queued = SaveStage::kQueued;
+  job.stage.compare_exchange_strong(queued, SaveStage::kStaging);
   ChunkFiller filler(job, pool, copier);
   absl::Status status;
   for (size_t s = 0; s < job.plan.size() && status.ok(); ++s) {

@@ -46,10 +46,11 @@ absl::Status StagingPool::Resize(size_t chunks, IoQueue* queue) {
   return absl::OkStatus();
 }
 
-std::optional<size_t> StagingPool::Acquire() {
+std::optional<size_t> StagingPool::Acquire(const std::atomic<bool>* stop) {
   MutexLock lock(&mu_);
-  mu_.Await([this] { return cancelled_ || !free_.empty(); });
-  if (cancelled_) return std::nullopt;
+  const auto stopped = [stop] { return stop != nullptr && stop->load(); };
+  mu_.Await([&] { return cancelled_ || stopped() || !free_.empty(); });
+  if (cancelled_ || stopped()) return std::nullopt;
   size_t c = free_.back();
   free_.pop_back();
   return c;
@@ -66,6 +67,10 @@ std::optional<size_t> StagingPool::TryAcquire() {
 void StagingPool::Release(size_t chunk) {
   MutexLock lock(&mu_);
   free_.push_back(chunk);
+}
+
+void StagingPool::WakeWaiters() {
+  MutexLock lock(&mu_);  // unlocking wakes every waiter
 }
 
 void StagingPool::Cancel() {

@@ -6,6 +6,7 @@
 #ifndef CKPT_STAGING_STAGING_POOL_H_
 #define CKPT_STAGING_STAGING_POOL_H_
 
+#include <atomic>
 #include <cstddef>
 #include <optional>
 #include <vector>
@@ -32,8 +33,11 @@ class StagingPool {
   absl::Status Resize(size_t chunks, IoQueue* queue);
 
   // Takes a free chunk, waiting for one while all are taken. Returns nullopt
-  // if `Cancel` was called while waiting.
-  std::optional<size_t> Acquire();
+  // if `Cancel` was called, or `*stop` became true (checked when woken: whoever
+  // sets it calls `WakeWaiters`), while waiting.
+  std::optional<size_t> Acquire(const std::atomic<bool>* stop = nullptr);
+  // Makes every `Acquire` waiter re-check its `stop` flag.
+  void WakeWaiters();
   // Takes a free chunk if one is free now.
   std::optional<size_t> TryAcquire();
   void Release(size_t chunk);

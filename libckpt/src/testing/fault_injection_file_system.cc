@@ -344,6 +344,15 @@ class FaultInjectionFileSystem::State {
     return io_delay_;
   }
 
+  // Blocks while I/O is held (a hung disk), counting the held submitters.
+  void WaitWhileIoHeld() ABSL_LOCKS_EXCLUDED(mu_) {
+    internal::MutexLock lock(&mu_);
+    if (!io_held_) return;
+    ++io_held_waiters_;
+    mu_.Await([this] { return !io_held_; });
+    --io_held_waiters_;
+  }
+
   mutable internal::Mutex mu_;
   uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t fail_at_ ABSL_GUARDED_BY(mu_) = 0;
@@ -354,6 +363,8 @@ class FaultInjectionFileSystem::State {
   std::vector<std::string> recorded_ ABSL_GUARDED_BY(mu_);
   std::string first_injected_ ABSL_GUARDED_BY(mu_);
   absl::Duration io_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  bool io_held_ ABSL_GUARDED_BY(mu_) = false;
+  size_t io_held_waiters_ ABSL_GUARDED_BY(mu_) = 0;
   bool exchange_supported_ ABSL_GUARDED_BY(mu_) = true;
   fault_internal::DurabilityLog log_ ABSL_GUARDED_BY(mu_);
 };
@@ -467,6 +478,7 @@ class FaultIoQueue final : public IoQueue {
   }
 
   absl::Status Submit(std::span<const IoOp> ops) override {
+    state_->WaitWhileIoHeld();
     absl::Duration delay = state_->io_delay();
     if (delay > absl::ZeroDuration()) absl::SleepFor(delay * static_cast<int64_t>(ops.size()));
     std::vector<IoOp> base_ops;
@@ -582,6 +594,16 @@ std::string FaultInjectionFileSystem::first_injected_call() const {
 void FaultInjectionFileSystem::SetIoDelay(absl::Duration delay) {
   internal::MutexLock lock(&state_->mu_);
   state_->io_delay_ = delay;
+}
+
+void FaultInjectionFileSystem::HoldIo(bool hold) {
+  internal::MutexLock lock(&state_->mu_);  // unlocking wakes held submitters
+  state_->io_held_ = hold;
+}
+
+size_t FaultInjectionFileSystem::io_held_waiters() const {
+  internal::MutexLock lock(&state_->mu_);
+  return state_->io_held_waiters_;
 }
 
 void FaultInjectionFileSystem::SetExchangeSupported(bool supported) {

@@ -99,6 +99,11 @@ class FaultInjectionFileSystem final : public FileSystem {
 
   // Every `IoOp` waits `delay` before it starts (a slow disk). Zero disables.
   void SetIoDelay(absl::Duration delay);
+  // While held, `IoQueue::Submit` blocks (a hung disk: the submitting thread
+  // is stuck in the call) until `HoldIo(false)`.
+  void HoldIo(bool hold);
+  // How many submitters are blocked by `HoldIo` now.
+  size_t io_held_waiters() const;
 
   // With `false`, `Exchange` fails (still counted) with kUnimplemented, as on
   // a file system without RENAME_EXCHANGE. On by default (it then needs the
