@@ -301,6 +301,53 @@ TEST(AsyncEngineTest, CancelDuringLazyStagingReportsCancelled) {
   }
 }
 
+TEST(AsyncEngineTest, ReserveStagingGrowsThePoolBeforeTheFirstSave) {
+  ScratchDir dir;
+  auto engine = Engine::Open(dir.Join("root"), SmallChunks());
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(1);
+  uint64_t bytes = 0;
+  for (const OwnedTensor& t : state) bytes += t.bytes.size();
+  EXPECT_EQ((*engine)->stats().staging_bytes, 0u);
+  ASSERT_TRUE((*engine)->ReserveStaging(Views(state), /*wait=*/true).ok());
+  const size_t reserved = (*engine)->stats().staging_bytes;
+  EXPECT_GE(reserved, bytes);
+  // The save fits: the pool is not reallocated.
+  ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
+  EXPECT_EQ((*engine)->stats().staging_bytes, reserved);
+  ExpectCheckpointEquals(dir.Join("root"), 1, state);
+}
+
+TEST(AsyncEngineTest, SaveRightAfterAnAsyncReservationWaitsForIt) {
+  ScratchDir dir;
+  EngineOptions options = SmallChunks();
+  options.delta.mode = DeltaOptions::Mode::kExact;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(2, 400000);
+  ASSERT_TRUE((*engine)->ReserveStaging(Views(state)).ok());
+  auto handle = (*engine)->SaveAsync(1, Views(state));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  ASSERT_TRUE(testing::WaitOrDie(**handle, absl::Seconds(60), "save after reservation").ok());
+  const size_t reserved = (*engine)->stats().staging_bytes;
+  ASSERT_TRUE((*engine)->ReserveStaging(Views(state), /*wait=*/true).ok());  // already enough
+  EXPECT_EQ((*engine)->stats().staging_bytes, reserved);
+  ASSERT_TRUE((*engine)->Close().ok());
+  ExpectCheckpointEquals(dir.Join("root"), 1, state);
+  EXPECT_EQ((*engine)->ReserveStaging(Views(state)).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(AsyncEngineTest, ReserveStagingDoesNothingWhenThePoolIsFixed) {
+  ScratchDir dir;
+  EngineOptions options = SmallChunks();
+  options.staging_bytes = 4 * options.io.chunk_bytes;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(3);
+  ASSERT_TRUE((*engine)->ReserveStaging(Views(state), /*wait=*/true).ok());
+  EXPECT_EQ((*engine)->stats().staging_bytes, 4 * options.io.chunk_bytes);
+}
+
 TEST(AsyncEngineTest, DestructorWaitsForInFlightSaves) {
   ScratchDir dir;
   std::vector<OwnedTensor> state = SomeState(3);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -190,8 +191,7 @@ class EngineImpl final : public Engine {
         PlanShards(tensors, options_.shard_min_bytes, options_.shard_max_bytes);
     // Deltas hold a record's chunks until it is complete: two spare chunks
     // let a record straddle chunk boundaries without starving the stager.
-    const size_t needed = ChunksNeeded(plan, pool_.chunk_bytes()) +
-                          (options_.delta.mode != DeltaOptions::Mode::kNone ? 2 : 0);
+    const size_t needed = StagingChunksFor(plan);
     size_t in_flight;
     {
       MutexLock lock(&mu_);
@@ -271,6 +271,23 @@ class EngineImpl final : public Engine {
     return job;
   }
 
+  absl::Status ReserveStaging(std::span<const TensorView> tensors, bool wait) override {
+    if (options_.staging_bytes > 0) return absl::OkStatus();  // fixed at Open
+    const size_t needed = StagingChunksFor(
+        PlanShards(tensors, options_.shard_min_bytes, options_.shard_max_bytes));
+    auto reservation = std::make_shared<std::promise<absl::Status>>();
+    std::future<absl::Status> outcome = reservation->get_future();
+    {
+      MutexLock lock(&mu_);
+      if (closed_) return absl::FailedPreconditionError(absl::StrCat("engine for ", root_, " is closed"));
+      reservations_.emplace_back([this, needed, reservation] {
+        reservation->set_value(Reserve(needed));
+      });
+    }
+    if (!wait) return absl::OkStatus();
+    return outcome.get();
+  }
+
   absl::StatusOr<SaveStats> Save(int64_t step, std::span<const TensorView> tensors,
                                  absl::string_view extras_json) override {
     CKPT_ASSIGN_OR_RETURN(std::shared_ptr<SaveHandle> handle, SaveAsync(step, tensors, extras_json));
@@ -289,6 +306,7 @@ class EngineImpl final : public Engine {
     }
     if (mode == CloseMode::kCancel) pool_.Cancel();
     if (lazy_ != nullptr) lazy_->Stop();
+    for (std::thread& t : TakeReservations()) t.join();
     MutexLock staging_lock(&staging_mu_);  // no save is staging past this point
     persister_->Stop(mode == CloseMode::kCancel);
     {
@@ -318,6 +336,35 @@ class EngineImpl final : public Engine {
     return absl::Uniform<uint64_t>(gen_);
   }
 
+  // Staging chunks a save of `plan` needs. Deltas hold a record's chunks
+  // until it is complete: two spare chunks let a record straddle chunk
+  // boundaries without starving the stager.
+  size_t StagingChunksFor(const std::vector<PlannedShard>& plan) const {
+    return ChunksNeeded(plan, pool_.chunk_bytes()) +
+           (options_.delta.mode != DeltaOptions::Mode::kNone ? 2 : 0);
+  }
+
+  // A reservation thread: grows the pool to `chunks` once no save is in
+  // flight, holding `staging_mu_` so no save starts meanwhile.
+  absl::Status Reserve(size_t chunks) {
+    MutexLock staging_lock(&staging_mu_);
+    {
+      MutexLock lock(&mu_);
+      mu_.Await([this] { return closed_ || inflight_.empty(); });
+      if (closed_) return absl::CancelledError("engine closed before staging memory was reserved");
+    }
+    if (pool_.count() >= chunks) return absl::OkStatus();
+    const Clock::time_point start = Clock::now();
+    absl::Status s = pool_.Resize(chunks, backend_.queue.get());
+    if (!s.ok()) {
+      Log(LogLevel::kWarning, absl::StrCat("reserving staging memory for ", root_, ": ", s.message()));
+      return s;
+    }
+    Log(LogLevel::kInfo, absl::StrCat("reserved ", chunks * pool_.chunk_bytes(), " bytes of staging memory in ",
+                                      SecondsSince(start), " s"));
+    return absl::OkStatus();
+  }
+
   // The first failure no handle reported, annotated; marks it reported.
   absl::Status TakeUnreportedError() {
     MutexLock lock(&mu_);
@@ -329,6 +376,11 @@ class EngineImpl final : public Engine {
       return absl::Status(error.code(), absl::StrCat("an earlier save failed: ", error.message()));
     }
     return absl::OkStatus();
+  }
+
+  std::vector<std::thread> TakeReservations() {
+    MutexLock lock(&mu_);
+    return std::move(reservations_);
   }
 
   // Persister thread, after each save.
@@ -441,6 +493,8 @@ class EngineImpl final : public Engine {
   std::deque<std::pair<std::shared_ptr<SaveJob>, absl::Status>> failed_ ABSL_GUARDED_BY(mu_);
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
   absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
+  // Threads of `ReserveStaging`, joined by `Close`.
+  std::vector<std::thread> reservations_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -48,3 +48,35 @@ def test_skip_when_busy_reports_skipped_saves(root):
     committed = ckpt.list_steps(root)
     assert committed and set(committed).isdisjoint(skipped)
     assert sorted(committed + skipped) == [1, 2, 3, 4, 5]
+
+
+def test_engine_tuning_options_reach_the_engine(root):
+    # 64 KiB chunks, one shard per module, a single encode buffer: the stats show it.
+    state = {f"block{i}.w": torch.randn(20000) for i in range(12)}
+    with ckpt.Checkpointer(root, delta="exact", chunk_bytes=64 << 10, shard_min_bytes=0,
+                           shard_max_bytes=1 << 20, encode_buffers=1, stall_timeout_s=120,
+                           watchdog_timeout_s=60) as cp:
+        assert cp.save(1, state)["shard_count"] == 12
+        for t in state.values():
+            t += 1e-3
+        assert cp.save(2, state)["kind"] == "delta"
+    got = ckpt.load(root)
+    assert all(torch.equal(got[k], v) for k, v in state.items())
+    for bad in ({"chunk_bytes": -1}, {"stall_timeout_s": -1.0}, {"encode_buffers": 0}):
+        with pytest.raises((ValueError, ckpt.CheckpointError)):
+            ckpt.Checkpointer(root, **bad)
+
+
+def test_reserve_allocates_staging_memory_before_the_first_save(root):
+    state = {"w": torch.randn(1 << 20), "b": torch.randn(1000), "step": 7}
+    with ckpt.Checkpointer(root) as cp:
+        assert cp.stats()["staging_bytes"] == 0
+        cp.reserve(state, wait=True)
+        reserved = cp.stats()["staging_bytes"]
+        assert reserved >= (1 << 20) * 4
+        cp.save(1, state)
+        assert cp.stats()["staging_bytes"] == reserved  # the save fit: no reallocation
+    with ckpt.Checkpointer(root, staging_bytes=1 << 20) as cp:
+        fixed = cp.stats()["staging_bytes"]  # (at least two chunks)
+        cp.reserve(state, wait=True)  # fixed pool: nothing to do
+        assert cp.stats()["staging_bytes"] == fixed

@@ -1,12 +1,14 @@
 #include "engine_class.h"
 
 #include <span>
+#include <type_traits>
 #include <utility>
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "tensor_convert.h"
 #include "torch_status.h"
 
@@ -74,7 +76,9 @@ EngineOptions ParseEngineOptions(const std::string& options_json) {
   static const char* const kKnown[] = {
       "delta",      "topk_ratio", "full_every", "lazy",        "staging_bytes",      "compression_level",
       "when_busy", "io_backend", "direct_io",  "create_root", "metrics_jsonl_path",
-      "write_during_eager_staging"};
+      "write_during_eager_staging", "chunk_bytes", "queue_depth", "encode_buffers",
+      "shard_min_bytes", "shard_max_bytes", "watchdog_timeout_s", "stall_timeout_s",
+      "prometheus_textfile_path"};
   for (const auto& item : obj.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || item.key() == k;
@@ -110,6 +114,28 @@ EngineOptions ParseEngineOptions(const std::string& options_json) {
       &options.io.direct);
   Get(obj, "create_root", &options.create_root);
   Get(obj, "metrics_jsonl_path", &options.metrics_jsonl_path);
+  Get(obj, "prometheus_textfile_path", &options.prometheus_textfile_path);
+  const auto get_size = [&](const char* key, auto* out) {
+    if (auto it = obj.find(key); it == obj.end() || it->is_null()) return;
+    int64_t v = 0;
+    Get(obj, key, &v);
+    TORCH_CHECK_VALUE(v >= 0, "ckpt: engine option \"", key, "\" is negative");
+    *out = static_cast<std::remove_reference_t<decltype(*out)>>(v);
+  };
+  get_size("chunk_bytes", &options.io.chunk_bytes);
+  get_size("queue_depth", &options.io.queue_depth);
+  get_size("encode_buffers", &options.io.encode_buffers);
+  get_size("shard_min_bytes", &options.shard_min_bytes);
+  get_size("shard_max_bytes", &options.shard_max_bytes);
+  const auto get_seconds = [&](const char* key, absl::Duration* out) {
+    if (auto it = obj.find(key); it == obj.end() || it->is_null()) return;
+    double v = 0;
+    Get(obj, key, &v);
+    TORCH_CHECK_VALUE(v >= 0, "ckpt: engine option \"", key, "\" is negative");
+    *out = absl::Seconds(v);
+  };
+  get_seconds("watchdog_timeout_s", &options.watchdog_timeout);
+  get_seconds("stall_timeout_s", &options.stall_timeout);
   return options;
 }
 
@@ -175,6 +201,13 @@ c10::intrusive_ptr<SaveHandleHolder> EngineHolder::SaveAsync(
   return c10::make_intrusive<SaveHandleHolder>(std::move(*handle), std::move(in.owners));
 }
 
+void EngineHolder::ReserveStaging(const std::vector<std::string>& names, at::TensorList tensors,
+                                  bool wait) {
+  SaveInputs in = MakeSaveInputs(names, tensors);
+  ThrowIfError(engine_->ReserveStaging(std::span<const TensorView>(in.views), wait),
+               "ckpt: reserve staging memory: ");
+}
+
 void EngineHolder::Close(bool cancel) {
   ThrowIfError(engine_->Close(cancel ? Engine::CloseMode::kCancel : Engine::CloseMode::kWait),
                "ckpt: close: ");
@@ -188,6 +221,7 @@ std::string EngineHolder::StatsJson() const {
            {"saves_skipped", s.saves_skipped},
            {"bytes_committed", s.bytes_committed},
            {"watchdog_stalls", s.watchdog_stalls},
+           {"saves_given_up", s.saves_given_up},
            {"saves_in_flight", s.saves_in_flight},
            {"staging_bytes", s.staging_bytes},
            {"staging_bytes_free", s.staging_bytes_free},

@@ -24,7 +24,10 @@ namespace ckpt::torch_ext {
 //   "lazy": bool,  "staging_bytes": int,  "compression_level": int (0 = off),
 //   "when_busy": "wait" | "skip",  "io_backend": "auto" | "uring" | "threads",
 //   "direct_io": "auto" | "on" | "off",  "metrics_jsonl_path": str,
-//   "create_root": bool.
+//   "prometheus_textfile_path": str,  "create_root": bool,
+//   "write_during_eager_staging": bool,  "chunk_bytes": int,  "queue_depth": int,
+//   "encode_buffers": int,  "shard_min_bytes": int,  "shard_max_bytes": int,
+//   "watchdog_timeout_s": float,  "stall_timeout_s": float (0 disables).
 // Throws ValueError for an unknown member or a value of the wrong type.
 EngineOptions ParseEngineOptions(const std::string& options_json);
 
@@ -66,6 +69,8 @@ class EngineHolder : public torch::CustomClassHolder {
   c10::intrusive_ptr<SaveHandleHolder> SaveAsync(int64_t step, const std::vector<std::string>& names,
                                                  at::TensorList tensors,
                                                  const std::string& extras_json);
+  // `torch.ops.ckpt.reserve_staging`: see ops.cc.
+  void ReserveStaging(const std::vector<std::string>& names, at::TensorList tensors, bool wait);
   // Stops the engine (waiting for, or with `cancel` abandoning, saves in
   // flight); raises the first background error no handle reported.
   void Close(bool cancel);

@@ -5,6 +5,7 @@
 //   h = torch.ops.ckpt.save_async(engine, 100, ["w"], [w], '{"epoch": 3}')
 //   h.wait_staged()      # `w` may be mutated now (returns at once unless lazy)
 //   h.wait()             # committed and durable, or raises the library's error
+//   torch.ops.ckpt.reserve_staging(engine, ["w"], [w])  # pre-fault staging memory in the background
 //   step, names, tensors, extras, skipped = torch.ops.ckpt.read(root, None)
 //
 // Schemas are written out here; the kernels (engine_class.cc, read_ops.cc)
@@ -29,6 +30,11 @@ c10::intrusive_ptr<SaveHandleHolder> SaveAsyncOp(const c10::intrusive_ptr<Engine
                                                  int64_t step, std::vector<std::string> names,
                                                  at::TensorList tensors, std::string extras_json) {
   return engine->SaveAsync(step, names, tensors, extras_json);
+}
+
+void ReserveStagingOp(const c10::intrusive_ptr<EngineHolder>& engine, std::vector<std::string> names,
+                      at::TensorList tensors, bool wait) {
+  engine->ReserveStaging(names, tensors, wait);
 }
 
 ReadResult ReadOp(std::string root, c10::optional<int64_t> step) { return ReadStep(root, Step(step)); }
@@ -73,6 +79,10 @@ TORCH_LIBRARY(ckpt, m) {
       "save_async(__torch__.torch.classes.ckpt.Engine engine, int step, str[] names, "
       "Tensor[] tensors, str extras_json=\"{}\") -> __torch__.torch.classes.ckpt.SaveHandle",
       SaveAsyncOp);
+  m.def(
+      "reserve_staging(__torch__.torch.classes.ckpt.Engine engine, str[] names, Tensor[] tensors, "
+      "bool wait=False) -> ()",
+      ReserveStagingOp);
   m.def("read(str root, int? step=None) -> (int, str[], Tensor[], str, str[])", ReadOp);
   m.def(
       "read_into(str root, int? step, str[] names, Tensor[](a!) tensors) -> (int, str, str[])",

@@ -118,6 +118,18 @@ class Engine {
   virtual absl::StatusOr<SaveStats> Save(int64_t step, std::span<const TensorView> tensors,
                                          absl::string_view extras_json = "{}") = 0;
 
+  // Grows the staging pool to what a save of `tensors` needs, on a
+  // background thread, so that the first save of that size does not pay for
+  // allocating and first-touching the memory (about 5 s per GB on a fresh
+  // VM) while its caller waits. Only names and sizes are used: the tensors'
+  // data is not read. Returns at once unless `wait` (then it returns the
+  // reservation's outcome); a `SaveAsync` that arrives meanwhile waits for
+  // the rest of the reservation. A reservation starts once no save is in
+  // flight. Does nothing when `EngineOptions::staging_bytes` fixes the pool
+  // or the pool is large enough already. If it fails (out of memory), the
+  // next save tries to allocate again and reports the error.
+  virtual absl::Status ReserveStaging(std::span<const TensorView> tensors, bool wait = false) = 0;
+
   enum class CloseMode {
     kWait,    // finish every save in flight
     kCancel,  // abandon saves in flight: their temp directories are removed
