@@ -17,12 +17,14 @@ from . import _lib
 _lib.load()
 
 from .checkpointer import AsyncSaveResponse, Checkpointer  # noqa: E402
-from .errors import CheckpointError, CheckpointNotFoundError, CorruptCheckpointError  # noqa: E402
+from .errors import (CheckpointError, CheckpointNotFoundError, CheckpointStalledError,  # noqa: E402
+                     CorruptCheckpointError)
 from .loading import SkippedCheckpointWarning, describe, list_steps, load, verify  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["Checkpointer", "AsyncSaveResponse", "load", "list_steps", "describe", "verify",
-           "CheckpointError", "CheckpointNotFoundError", "CorruptCheckpointError",
+           "CheckpointError", "CheckpointNotFoundError", "CheckpointStalledError",
+           "CorruptCheckpointError",
            "SkippedCheckpointWarning", "library_path"]
 
 

@@ -25,8 +25,14 @@ class CorruptCheckpointError(CheckpointError):
     """A checksum or format check failed (DATA_LOSS)."""
 
 
+class CheckpointStalledError(CheckpointError, TimeoutError):
+    """A save made no progress for the engine's stall_timeout and was given up
+    (DEADLINE_EXCEEDED); nothing of it was committed."""
+
+
 _CODE = re.compile(r"\b([A-Z][A-Z_]+[A-Z]): ")
-_BY_CODE = {"NOT_FOUND": CheckpointNotFoundError, "DATA_LOSS": CorruptCheckpointError}
+_BY_CODE = {"NOT_FOUND": CheckpointNotFoundError, "DATA_LOSS": CorruptCheckpointError,
+            "DEADLINE_EXCEEDED": CheckpointStalledError}
 
 
 def _first_line(message):
