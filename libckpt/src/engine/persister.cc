@@ -11,6 +11,7 @@
 #include "format/names.h"
 #include "io/io_executor.h"
 #include "io/small_file.h"
+#include "util/background_thread.h"
 #include "util/hash.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -53,6 +54,7 @@ void Persister::Stop(bool abandon) {
 }
 
 void Persister::Run() {
+  BecomeBackgroundThread("ckpt-persist", ctx_.background_nice);
   while (true) {
     std::shared_ptr<SaveJob> job;
     {
@@ -83,8 +85,17 @@ bool Persister::ShouldWriteDelta(const SaveJob& job) {
   // the pool must fit the largest record (plus the chunk it straddles into).
   uint64_t largest = 0;
   for (const TensorView& t : job.tensors) largest = std::max<uint64_t>(largest, t.nbytes);
-  return (largest + ctx_.pool->chunk_bytes() - 1) / ctx_.pool->chunk_bytes() + 2 <=
-         ctx_.pool->count();
+  const uint64_t needed = (largest + ctx_.pool->chunk_bytes() - 1) / ctx_.pool->chunk_bytes() + 2;
+  if (needed <= ctx_.pool->count()) return true;
+  if (!warned_pool_too_small_) {
+    warned_pool_too_small_ = true;
+    Log(LogLevel::kWarning,
+        absl::StrCat("saves to ", ctx_.root, " are written full, not as deltas: a delta needs ",
+                     needed * ctx_.pool->chunk_bytes(), " bytes of staging memory (its largest tensor, ",
+                     largest, " bytes, plus two chunks) but staging_bytes fixes it at ",
+                     ctx_.pool->count() * ctx_.pool->chunk_bytes()));
+  }
+  return false;
 }
 
 void Persister::UpdateReference(const SaveJob& job, const StagedChunk& chunk, const char* data) {

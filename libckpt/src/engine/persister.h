@@ -34,6 +34,7 @@ struct PersisterContext {
   // Encoded (delta or zstd) saves write through this many output buffers of
   // a staging chunk's size; any number >= 1 works (see ShardOutputs).
   size_t output_buffers = 8;
+  int background_nice = 0;  // see EngineOptions
 };
 
 class Persister {
@@ -76,6 +77,7 @@ class Persister {
   const DoneFn on_done_;
   std::atomic<bool> abandon_{false};
   std::unique_ptr<ReferenceState> reference_;  // persister thread only; null without deltas
+  bool warned_pool_too_small_ = false;          // persister thread only
   Mutex mu_;
   std::deque<std::shared_ptr<SaveJob>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
