@@ -24,6 +24,7 @@
 #include "format/shard_plan.h"
 #include "io/backend.h"
 #include "staging/staging_pool.h"
+#include "util/background_thread.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 
@@ -87,7 +88,7 @@ size_t ChunksNeeded(const std::vector<PlannedShard>& plan, size_t chunk_bytes) {
 // Runs `StageJob` for lazily staged saves, in order, on its own thread.
 class LazyStager {
  public:
-  explicit LazyStager(StagingPool* pool) : pool_(pool), thread_([this] { Run(); }) {}
+  LazyStager(StagingPool* pool, int nice) : pool_(pool), nice_(nice), thread_([this] { Run(); }) {}
   ~LazyStager() { Stop(); }
   void Enqueue(std::shared_ptr<SaveJob> job) {
     MutexLock lock(&mu_);
@@ -103,6 +104,7 @@ class LazyStager {
 
  private:
   void Run() {
+    BecomeBackgroundThread("ckpt-stage", nice_);
     while (true) {
       std::shared_ptr<SaveJob> job;
       {
@@ -117,6 +119,7 @@ class LazyStager {
   }
 
   StagingPool* const pool_;
+  const int nice_;
   Mutex mu_;
   std::deque<std::shared_ptr<SaveJob>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -145,14 +148,18 @@ class EngineImpl final : public Engine {
                          &pool_,           root_,
                          backend_.direct,  backend_.description,
                          kWriter,          options_.compression_level,
-                         options_.delta,   options_.io.encode_buffers};
+                         options_.delta,   options_.io.encode_buffers,
+                         options_.background_nice};
     persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job, const absl::Status& outcome, const SaveStats& s) {
                                  OnSaveDone(job, outcome, s);
                                });
-    if (options_.lazy_staging) lazy_ = std::make_unique<LazyStager>(&pool_);
+    if (options_.lazy_staging) lazy_ = std::make_unique<LazyStager>(&pool_, options_.background_nice);
     if (options_.watchdog_timeout > absl::ZeroDuration() ||
         options_.stall_timeout > absl::ZeroDuration()) {
-      watchdog_ = std::thread([this] { Watch(); });
+      watchdog_ = std::thread([this] {
+        BecomeBackgroundThread("ckpt-watchdog", 0);
+        Watch();
+      });
     }
     return absl::OkStatus();
   }
@@ -281,6 +288,7 @@ class EngineImpl final : public Engine {
       MutexLock lock(&mu_);
       if (closed_) return absl::FailedPreconditionError(absl::StrCat("engine for ", root_, " is closed"));
       reservations_.emplace_back([this, needed, reservation] {
+        BecomeBackgroundThread("ckpt-reserve", options_.background_nice);
         reservation->set_value(Reserve(needed));
       });
     }
@@ -520,6 +528,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   if (options.delta.full_every < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("delta.full_every ", options.delta.full_every, " must be at least 1"));
+  }
+  if (options.background_nice < 0 || options.background_nice > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("background_nice ", options.background_nice, " is not in 0..19"));
   }
   if (options.io.encode_buffers < 1) {
     return absl::InvalidArgumentError("io.encode_buffers must be at least 1");

@@ -107,6 +107,14 @@ struct EngineOptions {
   // saves of CUDA tensors always write as soon as chunks are staged.
   bool write_during_eager_staging = false;
 
+  // The engine's background threads (persister and encoder, lazy stager,
+  // staging reservation) run this much nicer than the thread that opened
+  // the engine (0..19; 0 = same priority). On a machine whose cores the
+  // training loop keeps busy, this keeps checkpointing from slowing the
+  // training steps; saves then use the CPU time training leaves. See
+  // docs/engine.md ("What the background work costs the loop").
+  int background_nice = 10;
+
   // zstd level for shard files (1..19); 0 disables compression.
   int compression_level = 0;
 
