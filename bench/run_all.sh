@@ -14,7 +14,7 @@
 # lines), and append NAME to BENCHES.
 set -euo pipefail
 
-BENCHES=(io async_save delta torch_api)
+BENCHES=(io async_save delta torch_api real_state background_priority)
 
 # bench_io DATA_DIR: durable write and cold restore per I/O backend vs fio.
 bench_io() {
@@ -62,6 +62,27 @@ bench_torch_api() {
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     /usr/bin/python3 "$ROOT/bench/torch_api_bench.py" "${args[@]}"
+}
+
+# bench_real_state DATA_DIR: a GPT + AdamW state (~1.4 GB; quick ~240 MB)
+# saved between real training steps: blocked time vs copy_ in the loop, first
+# save, durable vs fio, delta sizes, restore vs torch.load, step slowdown while
+# persisting, engine CPU per GB.
+bench_real_state() {
+  local args=(--dir="$1/real_state")
+  ((QUICK)) && args+=(--quick)
+  ((KEEP)) && args+=(--keep)
+  PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
+    /usr/bin/python3 "$ROOT/bench/real_state_bench.py" "${args[@]}"
+}
+
+# bench_background_priority DATA_DIR: a 2-thread CPU training loop's step time
+# while saves persist, with the background threads at nice 0 and 10.
+bench_background_priority() {
+  local args=(--dir="$1/background_priority")
+  ((QUICK)) && args+=(--mb=128)
+  PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
+    /usr/bin/python3 "$ROOT/bench/background_priority_bench.py" "${args[@]}"
 }
 
 # ---------------------------------------------------------------------------
