@@ -43,3 +43,8 @@ def ckpt_restore():
     if not path or not os.path.exists(path):
         pytest.skip("ckpt-restore not built")
     return path
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: long variants, skipped unless CKPT_SLOW_TESTS=1 (select with -m slow)")
