@@ -91,6 +91,10 @@ TEST(AsyncEngineTest, DoneIsFalseUntilCommitted) {
   EXPECT_EQ(stats.step, 1);
   EXPECT_GT(stats.persist_s, 0);
   EXPECT_LE(stats.blocked_s, stats.seconds);
+  // The caller's CPU time is part of its blocked time (and the copy and
+  // hashing take some CPU).
+  EXPECT_GT(stats.blocked_cpu_s, 0);
+  EXPECT_LE(stats.blocked_cpu_s, stats.blocked_s + 0.01);
   EXPECT_FALSE(stats.skipped);
 }
 

@@ -176,6 +176,7 @@ class EngineImpl final : public Engine {
                                                         std::span<const TensorView> tensors,
                                                         absl::string_view extras_json) override {
     const Clock::time_point start = Clock::now();
+    const double start_cpu = ThreadCpuSeconds();
     CKPT_RETURN_IF_ERROR(ValidateSave(step, tensors, extras_json));
     CKPT_RETURN_IF_ERROR(TakeUnreportedError());
     MutexLock staging_lock(&staging_mu_);
@@ -196,8 +197,6 @@ class EngineImpl final : public Engine {
 
     std::vector<PlannedShard> plan =
         PlanShards(tensors, options_.shard_min_bytes, options_.shard_max_bytes);
-    // Deltas hold a record's chunks until it is complete: two spare chunks
-    // let a record straddle chunk boundaries without starving the stager.
     const size_t needed = StagingChunksFor(plan);
     size_t in_flight;
     {
@@ -243,6 +242,7 @@ class EngineImpl final : public Engine {
       SaveStats stats;
       stats.step = step;
       stats.blocked_s = SecondsSince(start);
+      stats.blocked_cpu_s = ThreadCpuSeconds() - start_cpu;
       stats.backend = backend_.description;
       job->MarkSkipped(stats);
       MutexLock lock(&mu_);
@@ -267,6 +267,7 @@ class EngineImpl final : public Engine {
     persister_->Enqueue(job);
     if (lazy_ != nullptr) {
       job->blocked_s = SecondsSince(start);
+      job->blocked_cpu_s = ThreadCpuSeconds() - start_cpu;
       lazy_->Enqueue(job);
       return job;
     }
@@ -274,6 +275,7 @@ class EngineImpl final : public Engine {
     // closing) is reported by the handle, with the persister's reason.
     absl::Status staged = StageJob(*job, pool_, job->copier);
     job->blocked_s = SecondsSince(start);
+    job->blocked_cpu_s = ThreadCpuSeconds() - start_cpu;
     job->FinishStaging(staged);
     return job;
   }

@@ -59,6 +59,7 @@ json StatsToJson(const SaveStats& s) {
               {"tensor_count", s.tensor_count},
               {"shard_count", s.shard_count},
               {"blocked_s", s.blocked_s},
+              {"blocked_cpu_s", s.blocked_cpu_s},
               {"staging_s", s.staging_s},
               {"staging_wait_s", s.staging_wait_s},
               {"persist_s", s.persist_s},

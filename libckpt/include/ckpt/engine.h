@@ -42,6 +42,10 @@ struct SaveStats {
   size_t tensor_count = 0;
   size_t shard_count = 0;
   double blocked_s = 0;         // how long `SaveAsync` held the caller
+  // CPU time the caller's thread used inside `SaveAsync`. Well below
+  // `blocked_s`, the thread waited: for staging memory (`staging_wait_s`), or
+  // descheduled by other load on the machine.
+  double blocked_cpu_s = 0;
   double staging_s = 0;         // copying (and hashing) into staging memory
   double staging_wait_s = 0;    // part of staging spent waiting for free staging memory
   double persist_s = 0;         // from the save's first write to its commit

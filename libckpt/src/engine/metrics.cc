@@ -21,6 +21,7 @@ std::string SaveStatsJson(const SaveStats& s, const absl::Status& status) {
   j["tensors"] = s.tensor_count;
   j["shards"] = s.shard_count;
   j["blocked_s"] = s.blocked_s;
+  j["blocked_cpu_s"] = s.blocked_cpu_s;
   j["staging_s"] = s.staging_s;
   j["staging_wait_s"] = s.staging_wait_s;
   j["persist_s"] = s.persist_s;

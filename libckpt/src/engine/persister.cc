@@ -360,6 +360,7 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   stats.tensor_count = job.tensors.size();
   stats.shard_count = job.plan.size();
   stats.blocked_s = job.blocked_s;
+  stats.blocked_cpu_s = job.blocked_cpu_s;
   stats.staging_s = job.staging_s;
   stats.staging_wait_s = job.staging_wait_s;
   stats.persist_s = SecondsSince(job.writing_since.value_or(persist_start));

@@ -5,6 +5,8 @@
 #ifndef CKPT_ENGINE_SAVE_JOB_H_
 #define CKPT_ENGINE_SAVE_JOB_H_
 
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -26,6 +28,12 @@ namespace ckpt::internal {
 using Clock = std::chrono::steady_clock;
 inline double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+// CPU time the calling thread has used, in seconds.
+inline double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // A staging chunk holding bytes [file_offset, file_offset + bytes) of shard
@@ -146,6 +154,7 @@ class SaveJob final : public SaveHandle {
   std::optional<Clock::time_point> writing_since;
   // Stager-owned figures, published by `FinishStaging`.
   double blocked_s = 0;
+  double blocked_cpu_s = 0;
   double staging_s = 0;
   double staging_wait_s = 0;
 
