@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "ckpt/catalog.h"
 #include "ckpt/compact.h"
@@ -803,6 +804,113 @@ TEST_F(CkptRestoreTest, MissingThingsExit3) {
   ExpectError({"--root", root_, "--verify", "--step", "150"}, 3, "it has steps 100, 200");
 }
 
+// Every flag of ckpt-restore, in --help's order.
+const std::vector<std::string> kRestoreFlags = {"root", "list", "verify", "step", "latest",
+                                                "all",  "json", "out",    "filter", "progress"};
+
+// Every flag works in each way it may be spelled: --flag VALUE, --flag=VALUE,
+// -flag VALUE, a boolean as --flag or --flag=true. ckpt-restore's flag names
+// are single words, so their dashed and underscore spellings are the same
+// string; ckpt-retain's two-word flags are tested both ways in
+// retention_test.cc. "{OUT}" stands for a fresh output path.
+TEST_F(CkptRestoreTest, EveryFlagWorksInEverySpelling) {
+  Save({100, 200, 300});
+  struct Case {
+    std::string flag;
+    std::vector<std::vector<std::string>> spellings;  // after --root ROOT (but for "root")
+    std::string out;  // stdout shows the flag took effect
+    std::string err;  // ... or stderr does
+  };
+  const std::vector<Case> cases = {
+      {"root",
+       {{"--root", root_, "--list"},
+        {"--root=" + root_, "--list"},
+        {"-root", root_, "--list"},
+        {root_, "--list"},
+        {"--list", "--", root_}},
+       "300*", ""},
+      {"list", {{"--list"}, {"--list=true"}, {"-list"}, {"--list=1"}}, "300*", ""},
+      {"verify", {{"--verify"}, {"--verify=true"}, {"--verify=yes"}}, "step 200: ok", ""},
+      {"step", {{"--step", "200"}, {"--step=200"}, {"-step", "200"}, {"-step=200"}},
+       "step 200  ", ""},
+      {"latest", {{"--latest"}, {"--latest=true"}, {"-latest"}}, "step 300  ", ""},
+      {"all", {{"--verify", "--all"}, {"--verify", "--all=true"}, {"--verify", "-all"}},
+       "step 100: ok", ""},
+      {"json", {{"--list", "--json"}, {"--list", "--json=true"}, {"--list", "-json"}},
+       "\"step\":100", ""},
+      {"out",
+       {{"--step", "200", "--out", "{OUT}"},
+        {"--step", "200", "--out={OUT}"},
+        {"--step", "200", "-out", "{OUT}"}},
+       ": step 200, 4 tensors,", ""},
+      {"filter",
+       {{"--step", "200", "--out", "{OUT}", "--filter", "optim."},
+        {"--step", "200", "--out", "{OUT}", "--filter=optim."},
+        {"--step", "200", "--out", "{OUT}", "-filter", "optim."}},
+       ": step 200, 1 tensors,", ""},
+      {"progress",
+       {{"--verify", "--progress", "always"},
+        {"--verify", "--progress=always"},
+        {"--verify", "-progress", "always"}},
+       "step 300: ok", "verifying"},
+  };
+  std::vector<std::string> covered;
+  int outputs = 0;
+  for (const Case& c : cases) {
+    covered.push_back(c.flag);
+    std::string first;
+    for (const std::vector<std::string>& spelling : c.spellings) {
+      std::vector<std::string> args;
+      if (c.flag != "root") args = {"--root", root_};
+      bool writes = false;
+      for (std::string arg : spelling) {
+        if (absl::StrContains(arg, "{OUT}")) {
+          arg = absl::StrReplaceAll(
+              arg, {{"{OUT}", scratch_.Join(absl::StrCat("out", ++outputs, ".safetensors"))}});
+          writes = true;
+        }
+        args.push_back(arg);
+      }
+      SCOPED_TRACE(absl::StrJoin(args, " "));
+      const RunResult r = Run(args);
+      ASSERT_EQ(r.exit_code, 0) << r;
+      EXPECT_TRUE(Contains(r.out, c.out));
+      if (!c.err.empty()) EXPECT_TRUE(Contains(r.err, c.err));
+      if (writes) continue;  // stdout names the file
+      if (first.empty()) {
+        first = r.out;
+      } else {
+        EXPECT_EQ(r.out, first);
+      }
+    }
+  }
+  EXPECT_EQ(covered, kRestoreFlags);  // every flag, nothing more
+}
+
+TEST_F(CkptRestoreTest, UnknownOrMalformedFlagsExit2NamingTheFlag) {
+  Save({100});
+  const RunResult r = Run({"--root", root_, "--list", "--keep-last", "5"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "ckpt-restore: unknown flag --keep-last (see --help)\n");
+  ExpectError({"--root", root_, "--lst"}, 2, "unknown flag --lst (see --help)");
+  ExpectError({"--root", root_, "--list", "--no-json=true"}, 2, "--no-json takes no value");
+  ExpectError({"--root", root_, "--step=abc"}, 2,
+              "bad value 'abc' for --step: expected an integer (see --help)");
+  ExpectError({"--root", root_, "--step", "1.5"}, 2, "bad value '1.5' for --step");
+  ExpectError({"--root", root_, "--list=maybe"}, 2, "bad value 'maybe' for --list");
+  ExpectError({"--root", root_, "--list", "--json=2"}, 2, "bad value '2' for --json");
+  ExpectError({"--root", root_, "--latest", "--out"}, 2, "--out needs a value (see --help)");
+  ExpectError({"--root", root_, "--verify", "--progress=sometimes"}, 2, "(see --help)");
+  // Negated booleans, as absl flags took them: --nojson, --no-json.
+  RunResult plain = Run({"--root", root_, "--list", "--json", "--nojson"});
+  EXPECT_EQ(plain.exit_code, 0) << plain;
+  EXPECT_TRUE(Contains(plain.out, "STEP"));
+  plain = Run({"--root", root_, "--list", "--json", "--no-json"});
+  EXPECT_EQ(plain.exit_code, 0) << plain;
+  EXPECT_TRUE(Contains(plain.out, "STEP"));
+}
+
 TEST_F(CkptRestoreTest, HelpDescribesEveryFlagAndExitCode) {
   const RunResult r = Run({"--help"});
   ASSERT_EQ(r.exit_code, 0) << r;
@@ -812,6 +920,17 @@ TEST_F(CkptRestoreTest, HelpDescribesEveryFlagAndExitCode) {
                            "--help"}) {
     const std::string line = absl::StrCat("\n  ", flag, "\n      ");
     EXPECT_TRUE(Contains(r.out, line)) << flag;
+  }
+  for (const std::string& flag : kRestoreFlags) {
+    EXPECT_TRUE(Contains(r.out, absl::StrCat("\n  --", flag))) << flag;
+  }
+  // -h, and --help after other flags, print the same text and exit 0.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"-h"}, {"--root", root_, "--list", "--help"}}) {
+    const RunResult again = Run(args);
+    EXPECT_EQ(again.exit_code, 0) << again;
+    EXPECT_EQ(again.out, r.out);
+    EXPECT_EQ(again.err, "");
   }
   EXPECT_TRUE(Contains(r.out, "--list --verify"));
   EXPECT_TRUE(Contains(r.out, "auto"));

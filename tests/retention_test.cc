@@ -6,19 +6,27 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
+#include "cli_flags.h"
 #include "gtest/gtest.h"
+#include "retain_cli.h"
 #include "test_util.h"
 
 namespace ckpt {
@@ -494,6 +502,286 @@ TEST(RetentionTest, SafeBesideAWriter) {
   auto latest = Reader::Open(root, ReaderOptions{});
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ((*latest)->step(), 40);
+}
+
+
+// The ckpt-retain command line, run in-process through `tools::RetainMain`
+// (the binary's `main` only calls it).
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::ostream& operator<<(std::ostream& os, const CliResult& r) {
+  return os << "exit " << r.code << "\n--- stdout:\n" << r.out << "--- stderr:\n" << r.err;
+}
+
+CliResult Retain(const std::vector<std::string>& args) {
+  std::vector<const char*> argv = {"ckpt-retain"};
+  for (const std::string& arg : args) argv.push_back(arg.c_str());
+  std::ostringstream out, err;
+  CliResult result;
+  result.code = tools::RetainMain(static_cast<int>(argv.size()), argv.data(), out, err);
+  result.out = out.str();
+  result.err = err.str();
+  return result;
+}
+
+// Each action of a run as "would delete step-...", without the reasons (a
+// stale entry's reason carries its age, which moves between runs).
+std::vector<std::string> Plan(const std::string& out) {
+  std::vector<std::string> plan;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    plan.emplace_back(line.substr(0, line.find(" (")));
+  }
+  return plan;
+}
+
+std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Every flag of ckpt-retain, in --help's order.
+const std::vector<std::string> kRetainFlags = {"root",           "keep-last", "keep-every",
+                                               "keep-newer-than", "cold-dir", "stale-temp-age",
+                                               "compact",        "dry-run",   "json"};
+
+// Fulls at 1 and 11, deltas between, LATEST = 13, and a save abandoned 2h ago
+// (stale under the default --stale-temp-age of 1h).
+void WriteCliRoot(const std::string& root) {
+  WriteSteps(root, 10, 13);
+  const std::string stale = root + "/.tmp-step-00000000000000000099-old";
+  std::filesystem::create_directory(stale);
+  std::filesystem::last_write_time(
+      stale, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+}
+
+// Every flag works in its dashed form (as documented), with underscores (as
+// before), and with its value joined by '=': the plans agree and show the
+// flag took effect. All runs are dry runs, and the root is left as it was.
+TEST(RetainCliTest, EveryFlagWorksDashedAndWithUnderscores) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  const std::string cold = dir.Join("cold");
+  WriteCliRoot(root);
+  std::filesystem::create_directory(cold);
+  const auto snapshot = Snapshot(root);
+  struct Case {
+    std::string flag;
+    std::vector<std::vector<std::string>> spellings;  // the same request, each way
+    std::string present;  // how a line of the plan starts that shows the flag took effect
+    std::string absent;   // ... or one it removes ("" when none)
+  };
+  const std::string step1 = StepDirName(1);
+  const std::string step4 = StepDirName(4);
+  const std::vector<Case> cases = {
+      {"root",
+       {{"--root", root, "--keep-last", "3", "--dry-run"},
+        {"--root=" + root, "--keep-last", "3", "--dry-run"},
+        {"-root", root, "--keep-last", "3", "--dry-run"}},
+       "would delete " + step1, ""},
+      {"keep-last",
+       {{"--keep-last", "3", "--dry-run"},
+        {"--keep_last", "3", "--dry_run"},
+        {"--keep-last=3", "--dry-run=true"},
+        {"--keep_last=3", "--dry_run=true"}},
+       "would delete " + step1, ""},
+      {"keep-every",
+       {{"--keep-every", "4", "--dry-run"},
+        {"--keep_every", "4", "--dry_run"},
+        {"--keep-every=4", "--dry-run"},
+        {"--keep_every=4", "--dry_run"}},
+       "would compact " + step4, ""},
+      {"keep-newer-than",
+       {{"--keep-newer-than", "24h", "--dry-run"},
+        {"--keep_newer_than", "24h", "--dry_run"},
+        {"--keep-newer-than=1440m", "--dry-run"},
+        {"--keep_newer_than=24h", "--dry_run"}},
+       "would keep " + step1, "would delete " + step1},
+      {"cold-dir",
+       {{"--keep-last", "3", "--cold-dir", cold, "--dry-run"},
+        {"--keep_last", "3", "--cold_dir", cold, "--dry_run"},
+        {"--keep-last", "3", "--cold-dir=" + cold, "--dry-run"},
+        {"--keep_last", "3", "--cold_dir=" + cold, "--dry_run"}},
+       "would move " + step1, "would delete " + step1},
+      {"stale-temp-age",
+       {{"--keep-last", "3", "--stale-temp-age", "3h", "--dry-run"},
+        {"--keep_last", "3", "--stale_temp_age", "3h", "--dry_run"},
+        {"--keep-last", "3", "--stale-temp-age=180m", "--dry-run"},
+        {"--keep_last", "3", "--stale_temp_age=3h", "--dry_run"}},
+       "would delete " + step1, "would remove-stale .tmp-step-00000000000000000099-old"},
+      {"compact",
+       {{"--keep-every", "4", "--compact=false", "--dry-run"},
+        {"--keep_every", "4", "--compact=false", "--dry_run"},
+        {"--keep-every", "4", "--no-compact", "--dry-run"},
+        {"--keep_every", "4", "--no_compact", "--dry_run"},
+        {"--keep_every", "4", "--nocompact", "--dry_run"}},
+       "would keep " + step1, "would compact " + step4},
+      {"dry-run",
+       {{"--keep-last", "3", "--dry-run"},
+        {"--keep_last", "3", "--dry_run"},
+        {"--keep-last", "3", "--dry-run=1"},
+        {"--keep_last", "3", "--dry_run=yes"}},
+       "would delete " + step1, ""},
+      {"json",
+       {{"--keep-last", "3", "--dry-run", "--json"},
+        {"--keep_last", "3", "--dry_run", "--json"},
+        {"--keep-last", "3", "--dry-run", "--json=true"}},
+       R"({"action":"delete","done":false,"dry_run":true,"name":")" + step1, ""},
+  };
+  std::vector<std::string> covered;
+  for (const Case& c : cases) {
+    covered.push_back(c.flag);
+    std::vector<std::string> first;
+    for (const std::vector<std::string>& spelling : c.spellings) {
+      const std::vector<std::string> args =
+          c.flag == "root" ? spelling : Cat({"--root", root}, spelling);
+      const std::string shown = absl::StrJoin(spelling, " ");
+      const CliResult r = Retain(args);
+      ASSERT_EQ(r.code, 0) << shown << "\n" << r;
+      const std::vector<std::string> plan = Plan(r.out);
+      auto starts = [&plan](const std::string& prefix) {
+        return std::any_of(plan.begin(), plan.end(), [&prefix](const std::string& line) {
+          return absl::StartsWith(line, prefix);
+        });
+      };
+      EXPECT_TRUE(starts(c.present)) << shown << ": no '" << c.present << "' in\n" << r.out;
+      if (!c.absent.empty()) {
+        EXPECT_FALSE(starts(c.absent)) << shown << ": '" << c.absent << "' in\n" << r.out;
+      }
+      if (first.empty()) {
+        first = plan;
+      } else {
+        EXPECT_EQ(plan, first) << shown;
+      }
+    }
+  }
+  EXPECT_EQ(covered, kRetainFlags);  // every flag, nothing more
+  EXPECT_TRUE(Snapshot(root) == snapshot);
+
+  // And a real run, dashed.
+  const CliResult r = Retain({"--root", root, "--keep-last", "3", "--stale-temp-age", "1h"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(*ListSteps(root), (std::vector<int64_t>{11, 12, 13}));
+  EXPECT_TRUE(Leftovers(root).empty());
+}
+
+TEST(RetainCliTest, HelpListsEveryFlagAndExitsZero) {
+  for (const char* help : {"--help", "-h", "-help"}) {
+    const CliResult r = Retain({"--keep-last", "3", help});
+    ASSERT_EQ(r.code, 0) << help << "\n" << r;
+    EXPECT_EQ(r.err, "");
+    EXPECT_TRUE(absl::StrContains(r.out, "Usage:\n  ckpt-retain --root DIR")) << r.out;
+    for (const std::string& flag : Cat(kRetainFlags, {"help"})) {
+      // "  --flag" or "  --flag VALUE" on its own line, then its description.
+      bool found = false;
+      for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+        if (line == "  --" + flag || absl::StartsWith(line, "  --" + flag + " ")) found = true;
+      }
+      EXPECT_TRUE(found) << "--" << flag << " missing from\n" << r.out;
+      EXPECT_TRUE(absl::StrContains(r.out, "--" + flag + "\n      ") ||
+                  absl::StrContains(r.out, "\n  --" + flag + " "))
+          << flag;
+    }
+    for (absl::string_view line : absl::StrSplit(r.out, '\n')) {  // dashed names in the help
+      if (absl::StartsWith(line, "  --")) EXPECT_FALSE(absl::StrContains(line, "_")) << line;
+    }
+    for (const char* code : {"\n  0  ", "\n  1  ", "\n  2  ", "\n  3  ", "\n  4  "}) {
+      EXPECT_TRUE(absl::StrContains(r.out, code)) << code;
+    }
+  }
+}
+
+// A usage error is one line on stderr naming the flag and pointing at --help;
+// exit 2, nothing printed on stdout, nothing changed.
+void ExpectUsageError(const std::string& root, const std::vector<std::string>& args,
+                      const std::string& message) {
+  const CliResult r = Retain(Cat({"--root", root}, args));
+  const std::string shown = absl::StrJoin(args, " ");
+  EXPECT_EQ(r.code, 2) << shown << "\n" << r;
+  EXPECT_EQ(r.out, "") << shown;
+  EXPECT_TRUE(absl::StartsWith(r.err, "ckpt-retain: ")) << shown << "\n" << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, message)) << shown << ": no '" << message << "' in\n"
+                                                 << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "--help")) << shown << "\n" << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << shown << "\n" << r.err;
+}
+
+TEST(RetainCliTest, UnknownOrMalformedFlagsExit2NamingTheFlag) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  WriteCliRoot(root);
+  const auto snapshot = Snapshot(root);
+  ExpectUsageError(root, {"--keep-lastt", "3"}, "unknown flag --keep-lastt");
+  ExpectUsageError(root, {"--keep-last", "3", "--bogus"}, "unknown flag --bogus");
+  ExpectUsageError(root, {"--keep-last", "3", "--step=4"}, "unknown flag --step");
+  ExpectUsageError(root, {"--keep-last", "3", "--no-json=1"}, "--no-json takes no value");
+  ExpectUsageError(root, {"--no-keep-last"}, "unknown flag --no-keep-last");
+  ExpectUsageError(root, {"--keep-last=abc"}, "bad value 'abc' for --keep-last");
+  ExpectUsageError(root, {"--keep_last", "abc"}, "bad value 'abc' for --keep_last");
+  ExpectUsageError(root, {"--keep-last=3x"}, "bad value '3x' for --keep-last");
+  ExpectUsageError(root, {"--keep-every=1.5"}, "bad value '1.5' for --keep-every");
+  ExpectUsageError(root, {"--keep-every=99999999999999999999"}, "for --keep-every");
+  ExpectUsageError(root, {"--keep-newer-than=soon"}, "bad value 'soon' for --keep-newer-than");
+  ExpectUsageError(root, {"--keep-last", "3", "--stale-temp-age", "1"},
+                   "bad value '1' for --stale-temp-age");
+  ExpectUsageError(root, {"--keep-last", "3", "--compact=maybe"},
+                   "bad value 'maybe' for --compact");
+  ExpectUsageError(root, {"--keep-last", "3", "--dry-run=2"}, "bad value '2' for --dry-run");
+  ExpectUsageError(root, {"--keep-last"}, "--keep-last needs a value");
+  ExpectUsageError(root, {"--keep-last", "3", "--cold-dir"}, "--cold-dir needs a value");
+  ExpectUsageError(root, {"--keep-last", "3", "extra"}, "unexpected argument 'extra'");
+  ExpectUsageError(root, {"--keep-last", "-1"}, "must not be negative");
+  ExpectUsageError(root, {"--dry-run"}, "give at least one of --keep-last");
+  EXPECT_TRUE(Snapshot(root) == snapshot);
+  const CliResult missing = Retain({"--keep-last", "3"});
+  EXPECT_EQ(missing.code, 2) << missing;
+  EXPECT_TRUE(absl::StrContains(missing.err, "--root DIR is required")) << missing;
+  const CliResult nowhere = Retain({"--root", dir.Join("nope"), "--keep-last", "3"});
+  EXPECT_EQ(nowhere.code, 3) << nowhere;
+}
+
+TEST(FlagSetTest, ParsesTheWaysUsersTypeFlags) {
+  tools::FlagSet set;
+  int64_t keep = 0;
+  bool dry = false;
+  bool compact = true;
+  std::string dir;
+  absl::Duration age = absl::Hours(1);
+  set.Add("keep-last", "N", &keep, "");
+  set.Add("cold_dir", "DIR", &dir, "");  // registered with an underscore: shown dashed
+  set.Add("stale-temp-age", "D", &age, "");
+  set.AddBool("dry-run", &dry, "");
+  set.AddBool("compact", &compact, "");
+  EXPECT_EQ(set.Names(),
+            (std::vector<std::string>{"keep-last", "cold-dir", "stale-temp-age", "dry-run",
+                                      "compact"}));
+  const char* argv[] = {"tool",   "a",          "--keep_last=1", "-keep-last", "7",
+                        "--cold-dir", "--x",    "--dry_run",     "--no-compact",
+                        "--stale_temp_age=90m", "--", "--keep-last=9", "b"};
+  auto positional = set.Parse(static_cast<int>(std::size(argv)), argv);
+  ASSERT_TRUE(positional.ok()) << positional.status();
+  EXPECT_EQ(*positional, (std::vector<std::string>{"a", "--keep-last=9", "b"}));
+  EXPECT_EQ(keep, 7);  // the last one wins
+  EXPECT_EQ(dir, "--x");  // a value may start with a dash
+  EXPECT_TRUE(dry);
+  EXPECT_FALSE(compact);
+  EXPECT_EQ(age, absl::Minutes(90));
+  const char* again[] = {"tool", "--compact", "--dry-run=false"};
+  ASSERT_TRUE(set.Parse(3, again).ok());
+  EXPECT_TRUE(compact);
+  EXPECT_FALSE(dry);
+  const std::string help = set.Help();
+  EXPECT_TRUE(absl::StrContains(help, "\n  --cold-dir DIR\n")) << help;
+  EXPECT_TRUE(absl::StrContains(help, "\n  --dry-run\n")) << help;
+  const char* bad[] = {"tool", "--keep-last=1e3"};
+  auto error = set.Parse(2, bad);
+  EXPECT_EQ(error.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(error.status().message(),
+            "bad value '1e3' for --keep-last: expected an integer (see --help)");
 }
 
 }  // namespace

@@ -254,13 +254,13 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   }
   if (!policy.cold_dir.empty()) {
     if (!fs::is_directory(policy.cold_dir, ec)) {
-      return absl::NotFoundError(absl::StrCat("--cold_dir ", policy.cold_dir, " is not a directory"));
+      return absl::NotFoundError(absl::StrCat("--cold-dir ", policy.cold_dir, " is not a directory"));
     }
     const fs::path r = fs::canonical(root), c = fs::canonical(policy.cold_dir);
     auto [ri, ci] = std::mismatch(r.begin(), r.end(), c.begin(), c.end());
     if (r == c || ri == r.end() || ci == c.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--cold_dir ", policy.cold_dir, " must be a different directory, not inside or around ", root));
+          "--cold-dir ", policy.cold_dir, " must be a different directory, not inside or around ", root));
     }
   }
   // One job at a time per root: everything below, compactions included,

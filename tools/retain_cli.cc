@@ -1,0 +1,164 @@
+// tools/retain_cli.cc: the command line of ckpt-retain (see retain_cli.h).
+#include "retain_cli.h"
+
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "cli_flags.h"
+#include "nlohmann/json.hpp"
+#include "retention.h"
+
+namespace ckpt::tools {
+namespace {
+
+constexpr char kSynopsis[] =
+    R"(ckpt-retain: retention and tiering of a ckpt checkpoint root, for cron.
+
+Usage:
+  ckpt-retain --root DIR [--keep-last N] [--keep-every K] [--keep-newer-than D]
+              [--cold-dir DIR] [--stale-temp-age D] [--compact=false]
+              [--dry-run] [--json]
+At least one --keep-* rule is required. Always kept: the newest checkpoint and
+the one LATEST names, with their whole delta chains; a kept delta is compacted
+into a full checkpoint, or keeps its bases. A value may follow its flag
+(--keep-last 5) or be joined with '=' (--keep-last=5); underscores may stand
+for dashes (--keep_last). Durations: 24h, 90m, 1h30m, 45s.
+)";
+
+constexpr char kTrailer[] = R"(
+Exit codes:
+  0  done
+  1  some action failed (the others still ran)
+  2  usage error: an unknown, missing or malformed flag, no --keep-* rule, a
+     cold dir equal to, inside or around ROOT, ROOT not a checkpoint root
+  3  ROOT or the cold dir is missing
+  4  another ckpt-retain is running on ROOT, or another error
+
+Every diagnostic is one line on stderr starting with "ckpt-retain: ".
+
+Examples:
+  ckpt-retain --root /ckpt/run1 --keep-last 5 --dry-run
+  ckpt-retain --root /ckpt/run1 --keep-last 5 --keep-every 10000 --cold-dir /mnt/cold/run1 --json
+
+See docs/retention.md.
+)";
+
+struct RetainFlags {
+  std::string root;
+  RetentionPolicy policy;
+  bool json = false;
+};
+
+// The flags of ckpt-retain, bound to `flags`, in the order --help lists them.
+FlagSet MakeFlagSet(RetainFlags* flags) {
+  RetentionPolicy& policy = flags->policy;
+  FlagSet set;
+  set.Add("root", "DIR", &flags->root, "Checkpoint root directory (required).");
+  set.Add("keep-last", "N", &policy.keep_last, "Keep the newest N checkpoints.");
+  set.Add("keep-every", "K", &policy.keep_every,
+          "Keep every checkpoint whose step is a multiple of K.");
+  set.Add("keep-newer-than", "D", &policy.keep_newer_than,
+          "Keep checkpoints created within D (e.g. 24h, 90m).");
+  set.Add("cold-dir", "DIR", &policy.cold_dir,
+          "Move checkpoints no rule keeps to DIR (another file system is fine) instead of "
+          "deleting them: copy, fsync, verify, rename, fsync, then remove the hot copy.");
+  set.Add("stale-temp-age", "D", &policy.stale_temp_age,
+          "Remove .tmp-* (abandoned saves and compactions), .trash-* and stale O_DIRECT probe "
+          "files untouched for D (default 1h).");
+  set.AddBool("compact", &policy.compact,
+              "On by default: rewrite a kept delta as a full checkpoint when that frees more "
+              "bytes than it writes, so that its bases can go; and write a delta that moves to "
+              "--cold-dir while its base stays as a full checkpoint there. --compact=false (or "
+              "--no-compact): kept deltas keep every base, and a delta whose base stays "
+              "stays too.");
+  set.AddBool("dry-run", &policy.dry_run, "Print the plan, compactions included; change nothing.");
+  set.AddBool("json", &flags->json,
+              "Print one JSON object per action (action, name, step, reason, dry_run, done, "
+              "error) instead of text; library log lines on stderr are limited to warnings.");
+  return set;
+}
+
+// Exit code for a failed `RunRetention`.
+int ExitCodeOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound:
+      return kRetainNotFound;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+      return kRetainUsage;
+    default:
+      return kRetainError;
+  }
+}
+
+void Print(const RetentionAction& a, bool dry_run, bool json, std::ostream& out) {
+  if (json) {
+    nlohmann::json j = {{"action", ActionName(a.kind)}, {"name", a.name},
+                        {"reason", a.reason},           {"dry_run", dry_run},
+                        {"done", a.done}};
+    if (a.step >= 0) j["step"] = a.step;
+    if (!a.error.empty()) j["error"] = a.error;
+    out << j.dump() << "\n";
+  } else {
+    out << (dry_run ? "would " : "") << ActionName(a.kind) << " " << a.name << " (" << a.reason
+        << ")" << (a.error.empty() ? "" : absl::StrCat(": FAILED: ", a.error)) << "\n";
+  }
+}
+
+}  // namespace
+
+int RetainMain(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  auto fail = [&err](int code, absl::string_view message) {
+    err << "ckpt-retain: " << message << std::endl;
+    return code;
+  };
+  RetainFlags flags;
+  const FlagSet flag_set = MakeFlagSet(&flags);
+  if (WantsHelp(argc, argv)) {
+    out << kSynopsis << "\nFlags:\n" << flag_set.Help() << kTrailer;
+    return kRetainOk;
+  }
+  absl::StatusOr<std::vector<std::string>> positional = flag_set.Parse(argc, argv);
+  if (!positional.ok()) return fail(kRetainUsage, positional.status().message());
+  if (!positional->empty()) {
+    return fail(kRetainUsage,
+                absl::StrFormat("unexpected argument '%s' (give ROOT as --root DIR; see --help)",
+                                positional->front()));
+  }
+  const RetentionPolicy& policy = flags.policy;
+  // The library logs each compaction's I/O choices at info level to stderr;
+  // keep that out of JSON output that cron may append stderr to.
+  if (flags.json) setenv("CKPT_LOG", "warning", /*overwrite=*/0);
+  if (flags.root.empty()) return fail(kRetainUsage, "--root DIR is required (see --help)");
+  if (policy.keep_last < 0 || policy.keep_every < 0 ||
+      policy.keep_newer_than < absl::ZeroDuration()) {
+    return fail(kRetainUsage,
+                "--keep-last, --keep-every and --keep-newer-than must not be negative "
+                "(see --help)");
+  }
+  if (policy.keep_last == 0 && policy.keep_every == 0 &&
+      policy.keep_newer_than == absl::ZeroDuration()) {
+    return fail(kRetainUsage,
+                "give at least one of --keep-last, --keep-every, --keep-newer-than "
+                "(refusing to remove every checkpoint but the newest; see --help)");
+  }
+  absl::StatusOr<std::vector<RetentionAction>> actions = RunRetention(flags.root, policy);
+  if (!actions.ok()) {
+    return fail(ExitCodeOf(actions.status()), actions.status().message());
+  }
+  int failed = 0;
+  for (const RetentionAction& a : *actions) {
+    if (!a.error.empty()) ++failed;
+    Print(a, policy.dry_run, flags.json, out);
+  }
+  return failed == 0 ? kRetainOk : kRetainActionFailed;
+}
+
+}  // namespace ckpt::tools
