@@ -38,7 +38,7 @@ ABSL_FLAG(uint64_t, bytes, 1200ull << 20, "Total bytes of the state.");
 ABSL_FLAG(int, tensors, 150, "Tensors in the state.");
 ABSL_FLAG(int, small_tensors, 10000, "Tensors of the small-tensor case (same bytes); 0 skips it.");
 ABSL_FLAG(int, saves, 5, "Steady-state saves (after the cold one).");
-ABSL_FLAG(std::string, python, "/usr/bin/python3", "Interpreter with torch, for torch.save.");
+ABSL_FLAG(std::string, python, "python3", "Interpreter with torch, for torch.save.");
 ABSL_FLAG(std::string, torch_script, "", "Path of bench/torch_save_baseline.py; empty skips it.");
 ABSL_FLAG(int, torch_reps, 3, "torch.save repetitions.");
 ABSL_FLAG(std::string, fio, "fio", "fio binary; empty skips fio.");

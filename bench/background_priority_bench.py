@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """background_priority bench: what a persisting save costs a CPU-bound training loop.
 
 A separate "training" process runs steps of 2-thread matmuls (torch, preferring
@@ -12,7 +12,7 @@ times. One JSON line per (mode, nice) and a summary line:
     {"bench": "background_priority", "delta_step_slowdown_nice0": ...,
      "delta_step_slowdown_nice10": ..., ...}
 
-    /usr/bin/python3 bench/background_priority_bench.py [--mb 384] [--dir DIR]
+    python3 bench/background_priority_bench.py [--mb 384] [--dir DIR]
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """post_step_probe: why is an eager save slower right after optimizer.step()?
 
 Builds the real_state bench's GPT + AdamW state (~1.4 GB; --quick ~240 MB) and
@@ -21,7 +21,7 @@ Prints one JSON line per place, then a summary line; run it under different
 environments (OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=0, --threads 1) to
 compare.
 
-    /usr/bin/python3 bench/post_step_probe.py [--quick] [--reps N] [--dir DIR] [--threads N]
+    python3 bench/post_step_probe.py [--quick] [--reps N] [--dir DIR] [--threads N]
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """real_state bench: ckpt inside a real training loop.
 
 Builds a GPT (vocab 50257 x 768 token embedding, 6 blocks of d=768, untied
@@ -37,7 +37,7 @@ Prints one JSON line {"bench": "real_state", ...} with every raw time and the
 torch version (Debian's torch 1.13 has a slow BLAS: steps are kept small, batch
 1 x 16 tokens). Progress goes to stderr.
 
-    /usr/bin/python3 bench/real_state_bench.py [--quick] [--dir DIR] [--reps N] [--keep]
+    python3 bench/real_state_bench.py [--quick] [--dir DIR] [--reps N] [--keep]
 """
 import argparse
 import json

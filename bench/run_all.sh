@@ -61,7 +61,7 @@ bench_torch_api() {
   ((QUICK)) && args+=(--quick)
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
-    /usr/bin/python3 "$ROOT/bench/torch_api_bench.py" "${args[@]}"
+    "$PYTHON" "$ROOT/bench/torch_api_bench.py" "${args[@]}"
 }
 
 # bench_real_state DATA_DIR: a GPT + AdamW state (~1.4 GB; quick ~240 MB)
@@ -73,7 +73,7 @@ bench_real_state() {
   ((QUICK)) && args+=(--quick)
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
-    /usr/bin/python3 "$ROOT/bench/real_state_bench.py" "${args[@]}"
+    "$PYTHON" "$ROOT/bench/real_state_bench.py" "${args[@]}"
 }
 
 # bench_background_priority DATA_DIR: a 2-thread CPU training loop's step time
@@ -82,7 +82,7 @@ bench_background_priority() {
   local args=(--dir="$1/background_priority")
   ((QUICK)) && args+=(--mb=128)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
-    /usr/bin/python3 "$ROOT/bench/background_priority_bench.py" "${args[@]}"
+    "$PYTHON" "$ROOT/bench/background_priority_bench.py" "${args[@]}"
 }
 
 # ---------------------------------------------------------------------------
@@ -129,8 +129,12 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}" >&2
 fi
 
+# The Python benches and the extension use the `python3` on PATH (PyPI torch).
+PYTHON="$(python3 -c 'import sys; print(sys.executable)')"
+"$PYTHON" -c "import torch" 2>/dev/null || log "no torch in $PYTHON: run tools/setup.sh first (the Python benches will fail)"
+
 log "building $BUILD_DIR (Release)"
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >&2
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_PYTHON="$PYTHON" >&2
 cmake --build "$BUILD_DIR" -j2 --target ckpt_benches >&2
 
 if [[ -n "${CKPT_BENCH_DIR:-}" ]]; then

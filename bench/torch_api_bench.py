@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """torch_api bench: how long a training loop is blocked by a checkpoint.
 
 Builds a transformer-like state dict (~1.2 GB of float32/bfloat16 tensors;
@@ -21,7 +21,7 @@ Prints one JSON line {"bench": "torch_api", ...} on stdout (medians in
 seconds, all reps, the ratios and whether they meet the targets: torch.save /
 ckpt >= 30 and eager ckpt / copy_ <= 1.25); progress goes to stderr.
 
-    /usr/bin/python3 bench/torch_api_bench.py [--quick] [--dir DIR] [--reps N]
+    python3 bench/torch_api_bench.py [--quick] [--dir DIR] [--reps N]
 
 Needs the ckpt package: installed, or PYTHONPATH=torch_ext/python with a build
 tree (the package finds build*/torch_ext/_ckpt_torch.so, or CKPT_TORCH_EXT_LIB).

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """torch.save baseline for the async_save bench.
 
 Builds the same tensors as the C++ bench (shapes and dtypes from a JSON spec
@@ -6,7 +6,7 @@ file), warms up once, then times `torch.save` of the whole state dict to a
 fresh file on the same directory, `--reps` times. torch.save blocks the caller
 for the whole serialize+write (and does not fsync); that wall time is what a
 training loop waits. Prints one JSON object: {"torch_save_s": [...], ...}.
-Run with Debian's /usr/bin/python3 (python3-torch).
+Run with the python3 that has torch (the PyPI build).
 """
 import argparse
 import json

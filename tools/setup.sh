@@ -1,26 +1,45 @@
 #!/usr/bin/env bash
-# Installs what ckpt needs to build and test from Debian 12's apt (idempotent:
-# apt is only called when a package is missing), then configures and builds
-# the project into ${CKPT_BUILD_DIR:-build} with -j2.
+# Installs what ckpt needs to build and test — Debian 12's apt packages and,
+# into the `python3` on PATH, PyTorch 2.x and the test packages from PyPI
+# (idempotent: apt and pip run only for what is missing) — then configures
+# and builds the project into ${CKPT_BUILD_DIR:-build} with -j2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config liburing-dev libzstd-dev libxxhash-dev libabsl-dev
-          libgtest-dev libgmock-dev nlohmann-json3-dev fio
-          libtorch-dev python3-torch python3-pytest python3-matplotlib)
+          libgtest-dev libgmock-dev nlohmann-json3-dev fio python3-matplotlib)
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO="sudo"
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}" >&2
-  SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 
+# Python packages, into the `python3` first on PATH (the one users and the
+# tests use): PyTorch 2.x from PyPI and what the tests need. pip runs only
+# for what is missing (the first torch install is a large download).
+python=$(command -v python3) || { echo "setup: no python3 on PATH" >&2; exit 1; }
+python=$("$python" -c 'import sys; print(sys.executable)')
+pip_missing=()
+for module in torch numpy pytest safetensors; do
+  "$python" -c "import $module" 2>/dev/null || pip_missing+=("$module")
+done
+if ((${#pip_missing[@]})); then
+  echo "setup: pip installing ${pip_missing[*]} into $python" >&2
+  if ! "$python" -m pip --version >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip >&2
+  fi
+  # A Debian-managed interpreter refuses plain installs (PEP 668).
+  "$python" -m pip install --quiet "${pip_missing[@]}" ||
+    "$python" -m pip install --quiet --break-system-packages "${pip_missing[@]}"
+fi
+
 build_dir=${CKPT_BUILD_DIR:-build}
 build_type=${CKPT_BUILD_TYPE:-RelWithDebInfo}
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" >/dev/null
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DCKPT_PYTHON="$python" >/dev/null
 cmake --build "$build_dir" -j2

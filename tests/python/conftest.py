@@ -1,10 +1,10 @@
 """pytest setup for the ckpt Python package, run against a build tree.
 
-    /usr/bin/python3 -m pytest -q tests/python
+    python3 -m pytest -q tests/python
 
 The package is imported from the source tree (torch_ext/python), even when an
 installed copy exists; CKPT_TEST_INSTALLED=1 tests the installed one instead
-(`cd / && CKPT_TEST_INSTALLED=1 /usr/bin/python3 -m pytest -q REPO/tests/python`). The extension comes
+(`cd / && CKPT_TEST_INSTALLED=1 python3 -m pytest -q REPO/tests/python`). The extension comes
 from $CKPT_TORCH_EXT_LIB (ctest sets it to the built _ckpt_torch.so), else the
 package looks in its own directory, then in <repo>/build*/torch_ext/.
 `ckpt-restore` comes from $CKPT_RESTORE, else <repo>/build*/tools/, else PATH.

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The README's main job: train, checkpoint asynchronously, crash, recover, resume.
 
-    /usr/bin/python3 torch_ext/examples/train_resume.py [--work DIR] [--steps 40]
+    python3 torch_ext/examples/train_resume.py [--work DIR] [--steps 40]
 
 1. Trains a small GPT-style transformer (torch.nn; Adam; synthetic tokens; CPU)
    for --steps steps, saving a checkpoint every --every steps through
@@ -45,7 +45,8 @@ class TinyGPT(nn.Module):
         self.pos = nn.Parameter(torch.zeros(SEQ, D_MODEL))
         layer = nn.TransformerEncoderLayer(D_MODEL, HEADS, 4 * D_MODEL, dropout=0.1,
                                            batch_first=True, norm_first=True)
-        self.blocks = nn.TransformerEncoder(layer, LAYERS)
+        # (norm_first layers cannot use the nested-tensor fast path; say so, quietly)
+        self.blocks = nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(D_MODEL)
         self.head = nn.Linear(D_MODEL, VOCAB)
         self.register_buffer("mask", torch.triu(torch.full((SEQ, SEQ), float("-inf")), 1))
