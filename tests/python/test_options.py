@@ -39,6 +39,20 @@ def test_invalid_option_values_are_refused(root):
         ckpt.Checkpointer(root, colour="blue")
 
 
+def test_options_are_checked_before_they_are_serialized(root, tmp_path):
+    import os
+    with pytest.raises(ValueError, match='unknown engine option "some_unknown"'):
+        ckpt.Checkpointer(root, some_unknown=object())
+    with pytest.raises(ValueError, match='engine option "chunk_bytes" is .*object'):
+        ckpt.Checkpointer(root, chunk_bytes=object())
+    with pytest.raises(ValueError, match='engine option "stall_timeout_s" is nan'):
+        ckpt.Checkpointer(root, stall_timeout_s=float("nan"))
+    assert not os.path.exists(root)  # refused before the engine opened (or created) it
+    with ckpt.Checkpointer(root, metrics_jsonl_path=tmp_path / "m.jsonl") as cp:  # os.PathLike
+        cp.save(1, {"x": torch.ones(1)})
+    assert (tmp_path / "m.jsonl").exists()
+
+
 def test_skip_when_busy_reports_skipped_saves(root):
     state = {"x": torch.randn(8 << 20)}
     with ckpt.Checkpointer(root, when_busy="skip", staging_bytes=40 << 20) as cp:

@@ -22,15 +22,24 @@ def uninterrupted(root, delta):
 
 
 def resume(root, k, into):
-    """A fresh process-like start: different init, restore step k, train to N."""
+    """A fresh process-like start: different init, restore step k, train to N.
+
+    into=True loads in place into the live objects (stateful: the model and the
+    optimizer are loaded through their state_dict()/load_state_dict(), and the
+    fresh optimizer, which has no state yet, gets the saved one). A plain
+    optimizer.state_dict() of a fresh optimizer would not do: like
+    torch.distributed.checkpoint.load, load(into=) ignores saved entries that
+    `into` has no place for (see test_load_into.py)."""
     model, optimizer = make_model(seed=123)
     if into:
-        state = ckpt.load(root, step=k, into=state_of(model, optimizer, 0))
+        state = {"model": model, "optim": optimizer, "step": 0, "rng": torch.get_rng_state()}
+        got = ckpt.load(root, step=k, into=state)
+        assert got is state and state["model"] is model and state["optim"] is optimizer
     else:
         state = ckpt.load(root, step=k)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optim"])
     assert state["step"] == k
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optim"])
     torch.set_rng_state(state["rng"])
     losses = {}
     for step in range(k + 1, N + 1):

@@ -1,5 +1,6 @@
 #include "engine_class.h"
 
+#include <algorithm>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -70,20 +71,25 @@ json StatsToJson(const SaveStats& s) {
 
 }  // namespace
 
+const std::vector<std::string>& EngineOptionNames() {
+  static const std::vector<std::string>* const kNames = new std::vector<std::string>{
+      "delta",         "topk_ratio",        "full_every",      "lazy",
+      "staging_bytes", "compression_level", "when_busy",       "io_backend",
+      "direct_io",     "create_root",       "metrics_jsonl_path", "write_during_eager_staging",
+      "chunk_bytes",   "queue_depth",       "encode_buffers",  "shard_min_bytes",
+      "shard_max_bytes", "watchdog_timeout_s", "stall_timeout_s", "prometheus_textfile_path",
+      "background_nice"};
+  return *kNames;
+}
+
 EngineOptions ParseEngineOptions(const std::string& options_json) {
   json obj = json::parse(options_json, nullptr, /*allow_exceptions=*/false);
   TORCH_CHECK_VALUE(obj.is_object(), "ckpt: engine options must be a JSON object, got: ",
                     options_json);
-  static const char* const kKnown[] = {
-      "delta",      "topk_ratio", "full_every", "lazy",        "staging_bytes",      "compression_level",
-      "when_busy", "io_backend", "direct_io",  "create_root", "metrics_jsonl_path",
-      "write_during_eager_staging", "chunk_bytes", "queue_depth", "encode_buffers",
-      "shard_min_bytes", "shard_max_bytes", "watchdog_timeout_s", "stall_timeout_s",
-      "prometheus_textfile_path", "background_nice"};
+  const std::vector<std::string>& known = EngineOptionNames();
   for (const auto& item : obj.items()) {
-    bool known = false;
-    for (const char* k : kKnown) known = known || item.key() == k;
-    TORCH_CHECK_VALUE(known, "ckpt: unknown engine option \"", item.key(), "\"");
+    const bool is_known = std::find(known.begin(), known.end(), item.key()) != known.end();
+    TORCH_CHECK_VALUE(is_known, "ckpt: unknown engine option \"", item.key(), "\"");
   }
   EngineOptions options;
   GetChoice<DeltaOptions::Mode>(obj, "delta",

@@ -32,6 +32,10 @@ namespace ckpt::torch_ext {
 // Throws ValueError for an unknown member or a value of the wrong type.
 EngineOptions ParseEngineOptions(const std::string& options_json);
 
+// `EngineOptionNames` lists the members `ParseEngineOptions` knows (the
+// Python package checks option names against it before serializing them).
+const std::vector<std::string>& EngineOptionNames();
+
 // `SaveHandleHolder` is one save in flight. It keeps the tensors the save
 // reads alive until their bytes are staged: it lets go of them once
 // `wait_staged`, `wait` or `done` saw staging finish, and its destructor

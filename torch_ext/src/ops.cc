@@ -7,16 +7,23 @@
 //   h.wait()             # committed and durable, or raises the library's error
 //   torch.ops.ckpt.reserve_staging(engine, ["w"], [w])  # pre-fault staging memory in the background
 //   step, names, tensors, extras, skipped = torch.ops.ckpt.read(root, None)
+//   code, message = torch.ops.ckpt.last_error()  # after catching: "NOT_FOUND", ...
 //
 // Schemas are written out here; the kernels (engine_class.cc, read_ops.cc)
 // only convert types and call the library. Errors are c10 exceptions that
 // carry the library's message: ValueError for invalid arguments, RuntimeError
 // otherwise.
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
 #include "engine_class.h"
 #include "read_ops.h"
+#include "torch_status.h"
 
 namespace ckpt::torch_ext {
 namespace {
@@ -52,6 +59,13 @@ std::string DescribeOp(std::string root, c10::optional<int64_t> step) {
 }
 
 void VerifyOp(std::string root, int64_t step) { VerifyStep(root, step); }
+
+std::tuple<std::string, std::string> LastErrorOp() {
+  auto [code, message] = TakeLastError();
+  return {std::move(code), std::move(message)};
+}
+
+std::vector<std::string> EngineOptionNamesOp() { return EngineOptionNames(); }
 
 }  // namespace
 }  // namespace ckpt::torch_ext
@@ -90,4 +104,8 @@ TORCH_LIBRARY(ckpt, m) {
   m.def("list_steps(str root) -> int[]", ListStepsOp);
   m.def("describe(str root, int? step=None) -> str", DescribeOp);
   m.def("verify(str root, int step) -> ()", VerifyOp);
+  // The status code and message of the last library error raised on this
+  // thread, cleared by the call; ("", "") if none (see TakeLastError).
+  m.def("last_error() -> (str, str)", LastErrorOp);
+  m.def("engine_option_names() -> str[]", EngineOptionNamesOp);
 }

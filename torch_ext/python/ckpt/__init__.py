@@ -7,6 +7,10 @@
         ...
     state = ckpt.load("/ckpt/run1")          # newest checkpoint that verifies
     model.load_state_dict(state["model"])
+    # or in place, like torch.distributed.checkpoint.load (objects with
+    # state_dict()/load_state_dict() are loaded through them):
+    state = {"model": model, "optim": optimizer, "step": 0}
+    ckpt.load("/ckpt/run1", into=state)       # state["step"] is the saved step
 
 See docs/python.md. The work is done by the C++ library through the LibTorch
 extension `torch.ops.ckpt` (loaded on import); this package only walks the

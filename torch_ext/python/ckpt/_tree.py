@@ -21,8 +21,12 @@ structure. Types survive exactly:
   torch.dtype       {"$dtype": "float32"}
   torch.device      {"$device": "cuda:0"}
 
-Anything else is refused with a TypeError naming where it is: nothing is ever
-pickled, so loading a checkpoint never runs code.
+An object with state_dict() and load_state_dict() (nn.Module, Optimizer, LR
+scheduler, a dataloader or RNG holder: a "stateful" object) is saved as what
+its state_dict() returns. Tensor subclasses (DTensor, ShardedTensor, any
+type(t) other than torch.Tensor and nn.Parameter) and anything else are
+refused with a TypeError naming where they are: nothing is ever pickled, so
+loading a checkpoint never runs code.
 """
 import collections
 
@@ -58,6 +62,8 @@ class _Flattener:
     def encode(self, x, path):
         t = type(x)
         if isinstance(x, torch.Tensor):
+            if t is not torch.Tensor and t is not torch.nn.Parameter:
+                raise TypeError(subclass_message(x, path))
             if x.is_sparse or x.layout != torch.strided:
                 raise TypeError(f"ckpt: cannot save the {x.layout} tensor at {_where(path)}: "
                                 "only dense (strided) tensors are saved")
@@ -92,10 +98,21 @@ class _Flattener:
                 return self._encode_container(x, t, path)
             finally:
                 self._active.discard(id(x))
+        if _distributed_kind(t) is not None:
+            raise TypeError(subclass_message(x, path))
+        if is_stateful(x):
+            if id(x) in self._active:
+                raise ValueError(f"ckpt: the state contains a cycle at {_where(path)}")
+            self._active.add(id(x))
+            try:
+                return self.encode(x.state_dict(), path)
+            finally:
+                self._active.discard(id(x))
         raise TypeError(
             f"ckpt: cannot save a value of type {t.__module__}.{t.__qualname__} at {_where(path)}: "
             "a checkpoint holds tensors, None, bool, int, float, str, list, tuple, dict, "
-            "torch.Size, torch.dtype and torch.device; other objects are never pickled "
+            "torch.Size, torch.dtype, torch.device and objects with state_dict() and "
+            "load_state_dict(); other objects are never pickled "
             "(convert it, e.g. to a dict of those, or leave it out)")
 
     def _encode_container(self, x, t, path):
@@ -113,10 +130,46 @@ class _Flattener:
         return out
 
 
+def is_stateful(x):
+    """Whether `x` is an object (not a class) with state_dict() and load_state_dict()."""
+    return not isinstance(x, type) and callable(getattr(x, "state_dict", None)) and \
+        callable(getattr(x, "load_state_dict", None))
+
+
+def _distributed_kind(cls):
+    """"DTensor" or "ShardedTensor" if `cls` is (derived from) one of
+    torch.distributed's, else None. Matched by name in the MRO, so nothing of
+    torch.distributed is imported (its location differs between versions:
+    torch.distributed.tensor, torch.distributed._tensor, ._shard.sharded_tensor)."""
+    for c in getattr(cls, "__mro__", ()):
+        if c.__name__ in ("DTensor", "ShardedTensor") and \
+                c.__module__.startswith("torch.distributed"):
+            return c.__name__
+    return None
+
+
+def subclass_message(x, path):
+    """The refusal of a DTensor, ShardedTensor or other tensor subclass at `path`."""
+    t = type(x)
+    kind = _distributed_kind(t)
+    if kind is not None:
+        return (f"ckpt: {_where(path)} is a {kind}: multi-rank checkpoints are not supported yet "
+                "(gather it into a full torch.Tensor first, e.g. with full_tensor(), or leave "
+                "it out)")
+    return (f"ckpt: {_where(path)} is a tensor subclass {t.__module__}.{t.__qualname__}: a "
+            "checkpoint holds only torch.Tensor and nn.Parameter (convert it, e.g. with "
+            "t.as_subclass(torch.Tensor), or leave it out)")
+
+
 def _component(key):
     if isinstance(key, tuple):
         return "(" + ",".join(_component(k) for k in key) + ")"
     return str(key)
+
+
+def where(path):
+    """`path` as Python indexing of the state: "state['model']['w']"."""
+    return _where(path)
 
 
 def _where(path):
@@ -153,10 +206,15 @@ def flatten(state):
     return f.names, f.tensors, {"format": FORMAT, "tree": tree}
 
 
-def unflatten(meta, tensors):
-    """Rebuilds the state from the tree `meta` and a mapping name -> tensor."""
+def check_format(meta):
+    """Raises ValueError unless `meta` is a state tree of a format this package reads."""
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"ckpt: unknown state-tree format {meta.get('format') if isinstance(meta, dict) else meta!r}")
+
+
+def unflatten(meta, tensors):
+    """Rebuilds the state from the tree `meta` and a mapping name -> tensor."""
+    check_format(meta)
     return _decode(meta["tree"], tensors)
 
 
@@ -218,9 +276,20 @@ def _decode_key(k):
     return k
 
 
-def tensor_paths(meta):
-    """Yields (path, name) of every tensor leaf of the tree, path as a tuple of keys."""
-    yield from _paths(meta["tree"], ())
+def decode(node, tensors):
+    """The value of tree node `node` (a subtree of a state tree), its tensors
+    taken from the mapping name -> tensor `tensors`."""
+    return _decode(node, tensors)
+
+
+def decode_key(key):
+    """The dict key that `key` (as stored in a "$dict" node) stands for."""
+    return _decode_key(key)
+
+
+def tensor_names(node):
+    """The names of the tensors in tree node `node`, in visiting order."""
+    return [name for _, name in _paths(node, ())]
 
 
 def _paths(x, path):
@@ -238,14 +307,3 @@ def _paths(x, path):
         elif tag in ("$dict", "$odict"):
             for k, e in v:
                 yield from _paths(e, path + (_decode_key(k),))
-
-
-def lookup(state, path):
-    """The value at `path` in `state`, or None if there is none."""
-    for k in path:
-        try:
-            state = state[k]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return state
-

@@ -2,6 +2,8 @@
 import atexit
 import concurrent.futures
 import json
+import math
+import os
 import threading
 import time
 import weakref
@@ -13,6 +15,39 @@ from .errors import translate
 
 EXTRAS_KEY = "ckpt.python"
 _DELTA_MODES = ("none", "exact", "topk")
+
+
+_option_names = None
+
+
+def _known_options():
+    """Engine option names the extension knows, or None if it cannot say."""
+    global _option_names
+    if _option_names is None:
+        try:
+            _option_names = frozenset(torch.ops.ckpt.engine_option_names())
+        except (AttributeError, RuntimeError):  # an extension built before the op existed
+            _option_names = frozenset()
+    return _option_names or None
+
+
+def _check_options(options):
+    """`options` (the **options of Checkpointer) checked before they are
+    serialized: ValueError naming an unknown option, or one whose value is not
+    None, bool, int, a finite float, str or os.PathLike (made str)."""
+    known = _known_options()
+    out = {}
+    for name, value in options.items():
+        if known is not None and name not in known:
+            raise ValueError(f'ckpt: unknown engine option "{name}" (known: {", ".join(sorted(known))})')
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if not (value is None or type(value) in (bool, int, str)
+                or (type(value) is float and math.isfinite(value))):
+            raise ValueError(f'ckpt: engine option "{name}" is {value!r} (a {type(value).__name__}); '
+                             "expected None, a bool, an int, a finite float or a str")
+        out[name] = value
+    return out
 
 
 class _Future(concurrent.futures.Future):
@@ -89,7 +124,9 @@ class Checkpointer:
     staging_bytes: fixes the size of the host staging memory (default: it grows
         to the largest save).
     compression: zstd level 1..19 for shard files (None or 0: off).
-    options: further engine options by name (see docs/python.md).
+    options: further engine options by name (see docs/python.md); an unknown
+        name, or a value other than None, bool, int, finite float, str or
+        os.PathLike, raises ValueError naming it before anything is opened.
 
     Errors of a save are raised by its response's result() and, if nobody
     saw them there, by the next save_async() (or close()).
@@ -106,11 +143,11 @@ class Checkpointer:
                 "lazy": bool(lazy), "compression_level": int(compression or 0)}
         if staging_bytes is not None:
             opts["staging_bytes"] = int(staging_bytes)
-        opts.update(options)
+        opts.update(_check_options(options))
         self.root = str(root)
         self.lazy = bool(lazy)
         with translate():
-            self._engine = torch.classes.ckpt.Engine(self.root, json.dumps(opts))
+            self._engine = torch.classes.ckpt.Engine(self.root, json.dumps(opts, allow_nan=False))
         self._lock = threading.Lock()
         self._inflight = []  # responses not yet done
         self._failed = []  # responses that failed and whose error nobody saw yet
@@ -122,9 +159,13 @@ class Checkpointer:
     def save_async(self, step, state):
         """Starts saving `state` as checkpoint `step`; returns an AsyncSaveResponse.
 
-        Returns once the tensors are staged (or at once with lazy=True). Raises
-        TypeError/ValueError, writing nothing, if `state` holds a value that
-        cannot be saved; raises the unreported error of an earlier save.
+        `state` nests dicts, lists and tuples of tensors, plain values and
+        objects with state_dict()/load_state_dict() (nn.Module, optimizer, LR
+        scheduler: saved as their state_dict()). Returns once the tensors are
+        staged (or at once with lazy=True). Raises TypeError/ValueError,
+        writing nothing, if `state` holds a value that cannot be saved (e.g. a
+        DTensor or another tensor subclass, naming where it is); raises the
+        unreported error of an earlier save.
         """
         start = time.perf_counter()
         self._raise_unreported()

@@ -1,12 +1,15 @@
 """ckpt.load and friends: reading checkpoints back into a nested state."""
+import collections
+import functools
 import json
+import operator
 import warnings
 
 import torch
 
 from . import _lib, _tree
 from .checkpointer import EXTRAS_KEY
-from .errors import CheckpointError, CheckpointNotFoundError, translate, wrap
+from .errors import CheckpointError, error_for, translate, wrap
 
 _DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
            "int32": torch.int32, "int64": torch.int64, "float16": torch.float16,
@@ -42,29 +45,50 @@ def verify(root, step):
         torch.ops.ckpt.verify(str(root), int(step))
 
 
-def load(root, step=None, into=None, with_step=False):
-    """Reads checkpoint `step` of `root` back into the structure that was saved.
+def load(root, step=None, into=None, with_step=False, strict=None):
+    """Reads checkpoint `step` of `root`; returns the saved structure, or
+    updates `into` in place and returns it.
 
     step: None means the newest checkpoint that reads back completely and
         verifies; a newer one that does not is skipped with a
         SkippedCheckpointWarning naming it and why.
-    into: an existing state (e.g. {"model": model.state_dict(), ...}): each
-        saved tensor whose place in `into` holds a tensor is copied into that
-        tensor in place (any device; dtype and shape must match, else
-        ValueError/TypeError); tensors `into` lacks are read into new CPU
-        tensors. If a newer checkpoint fails part-way, the tensors may hold
-        some of its data until an older one overwrites them; if every
-        checkpoint fails their contents are unspecified.
+    into: an existing state, updated in place like
+        torch.distributed.checkpoint.load does (see docs/python.md, "Loading
+        into an existing state"): each saved tensor is copied into the tensor
+        at its place in `into` (any device; dtype and shape must match, else
+        TypeError/ValueError, checked before anything is read); every other
+        value at a place the checkpoint has (ints, floats, strings, None,
+        lists without tensors, ...) is replaced in its container by the saved
+        value (a tuple holding tensors is rebuilt and replaced in its parent);
+        an object with state_dict()/load_state_dict() (nn.Module, optimizer,
+        LR scheduler, ...) is loaded through its state_dict() and then given
+        the result with load_state_dict(). Returns `into` itself. If a newer
+        checkpoint fails part-way, its tensors may hold some of its data until
+        an older one overwrites them; if every checkpoint fails their contents
+        are unspecified (non-tensor values are only replaced after a
+        successful read).
+    strict: how keys of `into` and of the checkpoint must match (only with
+        `into`). None (default, as torch.distributed.checkpoint.load): a place
+        of `into` the checkpoint lacks raises ValueError naming it; places only
+        the checkpoint has are ignored. True: a mismatch in either direction
+        raises ValueError naming the places. False: what both have is loaded,
+        the rest of `into` is left as it is. Inside a stateful object other
+        than an nn.Module (an optimizer has no state for a parameter before
+        its first step), saved entries its state_dict() lacks are added and
+        handed to its load_state_dict(), in every mode.
     with_step: return (step, state) instead of state.
 
-    Returns the saved structure with its key types (int keys of optimizer
-    state stay int), containers (tuple vs list, OrderedDict) and non-tensor
-    leaves exactly as saved; tensors are CPU tensors (or those of `into`). A
-    checkpoint written by the C++ API (no saved structure) comes back as a
-    dict {tensor name: tensor}.
+    Without `into`, returns the saved structure with its key types (int keys
+    of optimizer state stay int), containers (tuple vs list, OrderedDict) and
+    non-tensor leaves exactly as saved; tensors are new CPU tensors; stateful
+    objects come back as the state_dict they were saved as. A checkpoint
+    written by the C++ API (no saved structure) comes back as a dict
+    {tensor name: tensor}.
     """
     _lib.load()
     root = str(root)
+    if strict is not None and type(strict) is not bool:
+        raise ValueError(f"ckpt: strict must be None, True or False, got {strict!r}")
     if into is None:
         with torch.no_grad(), translate():
             chosen, names, tensors, extras, skipped = torch.ops.ckpt.read(
@@ -72,7 +96,7 @@ def load(root, step=None, into=None, with_step=False):
         _warn_skipped(root, skipped)
         state = _rebuild(json.loads(extras), dict(zip(names, tensors)))
     else:
-        chosen, state = _load_into(root, step, into)
+        chosen, state = _load_into(root, step, into, strict)
     return (chosen, state) if with_step else state
 
 
@@ -89,14 +113,15 @@ def _warn_skipped(root, skipped):
                       SkippedCheckpointWarning, stacklevel=3)
 
 
-def _load_into(root, step, into):
+def _load_into(root, step, into, strict):
+    state_dicts = {}  # id(stateful object) -> its state_dict(), taken once per load
     if step is not None and int(step) >= 0:
-        return int(step), _load_step_into(root, int(step), into)
+        return int(step), _load_step_into(root, int(step), into, strict, state_dicts)
     candidates = list_steps(root)
     skipped = []
     for s in reversed(candidates):
         try:
-            state = _load_step_into(root, s, into)
+            state = _load_step_into(root, s, into, strict, state_dicts)
         except CheckpointError as e:
             skipped.append(f"step {s}: {e}")
             continue
@@ -104,34 +129,203 @@ def _load_into(root, step, into):
         return s, state
     why = "no committed checkpoint" if not candidates else \
         "no checkpoint reads back intact (" + "; ".join(skipped) + ")"
-    raise CheckpointNotFoundError(f"ckpt: load from {root}: NOT_FOUND: {why}")
+    raise error_for("NOT_FOUND", f"ckpt: load from {root}: NOT_FOUND: {why}")
 
 
-def _load_step_into(root, step, into):
+def _load_step_into(root, step, into, strict, state_dicts):
     info = describe(root, step)
     meta = info["extras"].get(EXTRAS_KEY) if isinstance(info["extras"], dict) else None
     manifest = {t["name"]: t for t in info["tensors"]}
-    if meta is None:  # no saved structure: `into` is {tensor name: tensor}
-        paths = [((n,), n) for n in manifest]
+    if meta is None:  # no saved structure: a flat {tensor name: tensor}
+        tree = {"$dict": [[n, {"$tensor": n}] for n in manifest]}
     else:
-        paths = list(_tree.tensor_paths(meta))
-    names, dsts, by_name = [], [], {}
-    for path, name in paths:
-        t = manifest[name]
-        dst = _tree.lookup(into, path)
-        if not isinstance(dst, torch.Tensor):
-            dst = torch.empty(t["shape"], dtype=_dtype(t["dtype"], name))
-        names.append(name)
-        dsts.append(dst)
-        by_name[name] = dst
+        _tree.check_format(meta)
+        tree = meta["tree"]
+    plan = _IntoPlan(manifest, step, state_dicts)
+    result = plan.fill(tree, into, ())
+    plan.check_keys(root, strict)
     try:
         with torch.no_grad(), translate():
-            torch.ops.ckpt.read_into(root, step, names, dsts)
+            torch.ops.ckpt.read_into(root, step, plan.names, plan.dsts)
     except CheckpointError:
         raise
     except RuntimeError as e:  # not from the library: e.g. a failed copy_
         raise wrap(e) from None
-    return _rebuild({EXTRAS_KEY: meta} if meta is not None else None, by_name)
+    for op in plan.ops:  # only now: a failed read leaves every non-tensor value as it was
+        op()
+    return result
+
+
+class _IntoPlan:
+    """What loading one checkpoint into `into` does, worked out before anything
+    is read: the tensors to read and where (`names`, `dsts`), the replacements
+    and load_state_dict() calls to make once the read succeeded (`ops`, in
+    order: inner values first), and the places only one side has."""
+
+    def __init__(self, manifest, step, state_dicts):
+        self.manifest = manifest
+        self.step = step
+        self.names, self.dsts = [], []
+        self.ops = []
+        self.missing = []  # places of `into` the checkpoint lacks
+        self.unexpected = []  # places of the checkpoint `into` lacks
+        self._state_dicts = state_dicts
+
+    def fill(self, node, cur, path, grow=False):
+        """Plans loading saved `node` into `cur` (at `path`); returns the value
+        the place holds afterwards (`cur` itself, unless it is replaced).
+        grow: saved entries `cur` lacks are added rather than left out."""
+        if isinstance(cur, torch.Tensor):
+            if type(cur) is not torch.Tensor and type(cur) is not torch.nn.Parameter:
+                raise TypeError(_tree.subclass_message(cur, path))
+            if _is_tag(node, "$tensor"):
+                self._read(node["$tensor"], cur, path)
+                return cur
+            return self.new(node)
+        if _tree.is_stateful(cur):
+            sd = self._state_dict(cur, path)
+            loaded = self.fill(node, sd, path, grow=not isinstance(cur, torch.nn.Module))
+            self.ops.append(lambda: cur.load_state_dict(loaded))
+            return cur
+        if isinstance(cur, dict) and (_is_tag(node, "$dict") or _is_tag(node, "$odict")):
+            return self._fill_dict(node, cur, path, grow)
+        if isinstance(cur, (list, tuple)) and (isinstance(node, list) or _is_tag(node, "$tuple")) \
+                and _holds_tensors(cur, set()):
+            return self._fill_sequence(node, cur, path, grow)
+        return self.new(node)  # a leaf: the saved value replaces it
+
+    def _fill_dict(self, node, cur, path, grow):
+        tag = "$odict" if "$odict" in node else "$dict"
+        saved = {}
+        for k, e in node[tag]:
+            saved[_tree.decode_key(k)] = e
+        for k in list(cur.keys()):
+            if k in saved:
+                value = self.fill(saved.pop(k), cur[k], path + (k,), grow)
+                if value is not cur[k]:
+                    self.ops.append(functools.partial(operator.setitem, cur, k, value))
+            elif _has_content(cur[k], set()):
+                self.missing.append(path + (k,))
+        for k, e in saved.items():  # only in the checkpoint
+            if grow:
+                self.ops.append(functools.partial(operator.setitem, cur, k, self.new(e)))
+            elif _node_has_content(e):
+                self.unexpected.append(path + (k,))
+        if "$meta" in node and isinstance(cur, collections.OrderedDict):
+            self.ops.append(functools.partial(setattr, cur, "_metadata", self.new(node["$meta"])))
+        return cur
+
+    def _fill_sequence(self, node, cur, path, grow):
+        saved = node if isinstance(node, list) else node["$tuple"]
+        out = cur if isinstance(cur, list) else list(cur)
+        common = min(len(saved), len(cur))
+        for i in range(common):
+            value = self.fill(saved[i], cur[i], path + (i,), grow)
+            if value is cur[i]:
+                continue
+            if out is cur:
+                self.ops.append(functools.partial(operator.setitem, cur, i, value))
+            else:
+                out[i] = value
+        self.missing.extend(path + (i,) for i in range(common, len(cur)))
+        for i in range(common, len(saved)):
+            if grow:
+                value = self.new(saved[i])
+                if out is cur:
+                    self.ops.append(functools.partial(cur.append, value))
+                else:
+                    out.append(value)
+            elif _node_has_content(saved[i]):
+                self.unexpected.append(path + (i,))
+        return cur if out is cur else tuple(out)  # a tuple: rebuilt, replaced in its parent
+
+    def new(self, node):
+        """The saved value `node`, with new CPU tensors (read later)."""
+        tensors = {}
+        for name in _tree.tensor_names(node):
+            t = self.manifest[name]
+            dst = torch.empty(t["shape"], dtype=_dtype(t["dtype"], name))
+            self.names.append(name)
+            self.dsts.append(dst)
+            tensors[name] = dst
+        return _tree.decode(node, tensors)
+
+    def _read(self, name, dst, path):
+        t = self.manifest[name]
+        dtype = _dtype(t["dtype"], name)
+        if dst.dtype != dtype:
+            raise TypeError(f"ckpt: {_tree.where(path)} is {_dtype_name(dst.dtype)} but tensor "
+                            f"{name!r} of step {self.step} is {t['dtype']}")
+        if list(dst.shape) != list(t["shape"]):
+            raise ValueError(f"ckpt: {_tree.where(path)} has shape {list(dst.shape)} but tensor "
+                             f"{name!r} of step {self.step} has shape {list(t['shape'])}")
+        if dst.layout != torch.strided:
+            raise TypeError(f"ckpt: {_tree.where(path)} is a {dst.layout} tensor: only dense "
+                            "(strided) tensors are loaded into")
+        self.names.append(name)
+        self.dsts.append(dst)
+
+    def _state_dict(self, obj, path):
+        entry = self._state_dicts.get(id(obj))
+        if entry is None:
+            sd = obj.state_dict()
+            self._state_dicts[id(obj)] = entry = (obj, sd)  # (obj keeps the id taken)
+        return entry[1]
+
+    def check_keys(self, root, strict):
+        """Raises ValueError for places one side lacks, as `strict` says."""
+        problems = []
+        if strict is not False and self.missing:
+            problems.append(f"checkpoint step {self.step} in {root} has nothing for "
+                            f"{_listing(self.missing)}")
+        if strict is True and self.unexpected:
+            problems.append(f"the state given as `into` has no place for "
+                            f"{_listing(self.unexpected)} of the checkpoint")
+        if problems:
+            how = "" if strict is True else " (strict=False loads only what both have)"
+            raise ValueError("ckpt: load into: " + "; ".join(problems) + how)
+
+
+def _listing(paths, limit=10):
+    shown = ", ".join(_tree.where(p) for p in paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _is_tag(node, tag):
+    return isinstance(node, dict) and tag in node and (tag == "$odict" or len(node) == 1)
+
+
+def _holds_tensors(x, seen):
+    """Whether `x` holds a tensor or a stateful object (lists, tuples, dicts walked)."""
+    if isinstance(x, torch.Tensor) or _tree.is_stateful(x):
+        return True
+    if isinstance(x, (list, tuple, dict)):
+        if id(x) in seen:
+            return False
+        seen.add(id(x))
+        return any(_holds_tensors(v, seen) for v in (x.values() if isinstance(x, dict) else x))
+    return False
+
+
+def _has_content(x, seen):
+    """Whether place `x` of `into` asks for anything: an empty dict does not."""
+    if isinstance(x, dict):
+        if id(x) in seen:
+            return False
+        seen.add(id(x))
+        return any(_has_content(v, seen) for v in x.values())
+    return True
+
+
+def _node_has_content(node):
+    if _is_tag(node, "$dict") or _is_tag(node, "$odict"):
+        tag = "$odict" if "$odict" in node else "$dict"
+        return any(_node_has_content(e) for _, e in node[tag])
+    return True
+
+
+def _dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
 
 
 def _dtype(name, tensor):
