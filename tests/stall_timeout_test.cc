@@ -72,6 +72,20 @@ class StallTimeoutTest : public ::testing::Test {
     ASSERT_TRUE((*again)->Save(stalled_step, Views(state_)).ok());
   }
 
+  // Saves `step` on a hung disk and waits (without `Wait`, which would
+  // report the error) until the watchdog gave it up; then the disk recovers.
+  void StallAndGiveUpUnobserved(int64_t step) {
+    fs_->HoldIo(true);
+    auto handle = engine_->SaveAsync(step, Views(state_));
+    ASSERT_TRUE(handle.ok());
+    testing::RunOrDie(
+        [&] {
+          while (!(*handle)->Done()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        },
+        kDeadline, "the stalled save to be given up");
+    fs_->HoldIo(false);
+  }
+
   ScratchDir dir_;
   std::vector<OwnedTensor> state_ = State(1);
   std::shared_ptr<FaultInjectionFileSystem> fs_;
@@ -134,15 +148,7 @@ TEST_F(StallTimeoutTest, CallerBlockedOnStagingMemoryIsReleased) {
 
 TEST_F(StallTimeoutTest, UnobservedGiveUpIsReportedByTheNextSave) {
   Open(testing::SmallChunks());
-  fs_->HoldIo(true);
-  auto handle = engine_->SaveAsync(2, Views(state_));
-  ASSERT_TRUE(handle.ok());
-  testing::RunOrDie(
-      [&] {
-        while (!(*handle)->Done()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      },
-      kDeadline, "the stalled save to be given up");
-  fs_->HoldIo(false);
+  StallAndGiveUpUnobserved(2);
   auto next = engine_->SaveAsync(3, Views(state_));
   ASSERT_FALSE(next.ok());
   EXPECT_EQ(next.status().code(), absl::StatusCode::kDeadlineExceeded) << next.status();
@@ -157,15 +163,7 @@ TEST_F(StallTimeoutTest, UnobservedGiveUpIsReportedByTheNextSave) {
 
 TEST_F(StallTimeoutTest, CloseReportsAnUnobservedGiveUp) {
   Open(testing::SmallChunks());
-  fs_->HoldIo(true);
-  auto handle = engine_->SaveAsync(2, Views(state_));
-  ASSERT_TRUE(handle.ok());
-  testing::RunOrDie(
-      [&] {
-        while (!(*handle)->Done()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      },
-      kDeadline, "the stalled save to be given up");
-  fs_->HoldIo(false);
+  StallAndGiveUpUnobserved(2);
   absl::Status closed;
   testing::RunOrDie([&] { closed = engine_->Close(Engine::CloseMode::kWait); }, kDeadline,
                     "Close after a given-up save");
