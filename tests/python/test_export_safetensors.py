@@ -1,11 +1,10 @@
 """`ckpt-restore --out FILE.safetensors` read back by torch.
 
-Debian's torch 1.13 has no safetensors support and PyPI is out of reach, so
-the file is parsed here from the format's specification (8-byte little-endian
-header length, JSON header, raw little-endian data) and turned into torch
-tensors with torch.frombuffer — an implementation independent of the C++
-exporter and of ckpt's own reader. Where the `safetensors` package is
-installed, its own loader reads the same file too.
+The file is read two ways: parsed here from the format's specification
+(8-byte little-endian header length, JSON header, raw little-endian data)
+into torch tensors with torch.frombuffer — an implementation independent of
+the C++ exporter and of ckpt's own reader — and by the `safetensors` package's
+own loader (installed from PyPI by the test command; skipped where absent).
 """
 import json
 import struct
@@ -74,6 +73,22 @@ def test_exported_model_loads_into_a_fresh_torch_model(root, tmp_path, ckpt_rest
 
     fresh, _ = make_model(seed=99)
     fresh.load_state_dict({k[len("model."):]: v for k, v in tensors.items()}, strict=True)
+    for k, v in model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[k], v), k
+
+
+def test_safetensors_load_file_into_a_real_model_strictly(root, tmp_path, ckpt_restore):
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    model, optimizer = make_model(seed=1)
+    with ckpt.Checkpointer(root, delta="exact", full_every=3) as cp:
+        for step in range(1, 5):
+            train_step(model, optimizer, step)
+            cp.save(step, state_of(model, optimizer, step))
+    out = tmp_path / "model.safetensors"
+    export(ckpt_restore, root, out, "--latest", "--filter", "model.")
+    loaded = safetensors_torch.load_file(str(out))
+    fresh, _ = make_model(seed=42)
+    fresh.load_state_dict({k[len("model."):]: v for k, v in loaded.items()}, strict=True)
     for k, v in model.state_dict().items():
         assert torch.equal(fresh.state_dict()[k], v), k
 
