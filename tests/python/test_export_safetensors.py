@@ -93,6 +93,27 @@ def test_safetensors_load_file_into_a_real_model_strictly(root, tmp_path, ckpt_r
         assert torch.equal(fresh.state_dict()[k], v), k
 
 
+def test_python_export_matches_the_cli_and_is_typed(root, tmp_path, ckpt_restore, monkeypatch):
+    monkeypatch.setenv("CKPT_RESTORE", ckpt_restore)
+    model, optimizer = make_model(seed=3)
+    with ckpt.Checkpointer(root, delta="exact") as cp:
+        for step in range(1, 4):
+            train_step(model, optimizer, step)
+            cp.save(step, state_of(model, optimizer, step))
+    out = ckpt.export(root, tmp_path / "m.safetensors", filter="model.")
+    tensors, metadata = read_safetensors(out)
+    assert metadata["ckpt_step"] == "3"
+    assert {k[len("model."):] for k in tensors} == set(model.state_dict())
+    cli = tmp_path / "cli.safetensors"
+    export(ckpt_restore, root, cli, "--step", "2")
+    assert ckpt.export(root, tmp_path / "s2.safetensors", step=2) and \
+        (tmp_path / "s2.safetensors").read_bytes() == cli.read_bytes()
+    with pytest.raises(FileExistsError):
+        ckpt.export(root, out)
+    with pytest.raises(ckpt.CheckpointNotFoundError):
+        ckpt.export(root, tmp_path / "none.safetensors", step=99)
+
+
 def every_dtype_state():
     g = torch.Generator().manual_seed(7)
     return {

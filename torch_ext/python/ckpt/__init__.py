@@ -23,10 +23,11 @@ _lib.load()
 from .checkpointer import AsyncSaveResponse, Checkpointer  # noqa: E402
 from .errors import (CheckpointError, CheckpointNotFoundError, CheckpointStalledError,  # noqa: E402
                      CorruptCheckpointError)
+from .exporting import export  # noqa: E402
 from .loading import SkippedCheckpointWarning, describe, list_steps, load, verify  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["Checkpointer", "AsyncSaveResponse", "load", "list_steps", "describe", "verify",
+__all__ = ["Checkpointer", "AsyncSaveResponse", "load", "list_steps", "describe", "verify", "export",
            "CheckpointError", "CheckpointNotFoundError", "CheckpointStalledError",
            "CorruptCheckpointError",
            "SkippedCheckpointWarning", "library_path"]

@@ -1,0 +1,54 @@
+"""ckpt.export: a checkpoint as one safetensors file, through ckpt-restore."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from .errors import error_for
+
+# ckpt-restore's documented exit codes (docs/ckpt-restore.md) -> status codes.
+_EXIT_CODES = {1: "DATA_LOSS", 2: "INVALID_ARGUMENT", 3: "NOT_FOUND", 4: "UNKNOWN"}
+
+
+def _ckpt_restore():
+    """The ckpt-restore program: $CKPT_RESTORE, next to this interpreter (a pip
+    install puts it there), on PATH, or in a build tree of this checkout."""
+    env = os.environ.get("CKPT_RESTORE")
+    if env:
+        return env
+    beside = os.path.join(os.path.dirname(sys.executable), "ckpt-restore")
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("ckpt-restore")
+    if found:
+        return found
+    repo = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+    builds = sorted(glob.glob(os.path.join(repo, "build*", "tools", "ckpt-restore")),
+                    key=os.path.getmtime, reverse=True)
+    if builds:
+        return builds[0]
+    raise FileNotFoundError("ckpt: ckpt-restore not found (set CKPT_RESTORE, or put it on PATH)")
+
+
+def export(root, path, step=None, filter=None):  # noqa: A002 -- the CLI's name
+    """Writes checkpoint `step` of `root` (None: the newest that verifies) as the
+    safetensors file `path`: deltas resolved, every checksum verified, tensors
+    named as saved ("model.0.weight", ...), the saved non-tensor values in the
+    file's metadata. `filter`: keep only tensors whose names start with it.
+    Never overwrites `path` (FileExistsError). Raises CheckpointError (or
+    CheckpointNotFoundError / CorruptCheckpointError) when the export fails.
+    Returns `path`.
+    """
+    path = os.fspath(path)
+    if os.path.lexists(path):
+        raise FileExistsError(f"ckpt: {path} exists; export never overwrites")
+    args = [_ckpt_restore(), "--root", os.fspath(root), "--out", path, "--progress=never"]
+    args += ["--latest"] if step is None else ["--step", str(int(step))]
+    if filter is not None:
+        args += ["--filter", str(filter)]
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip()
+        raise error_for(_EXIT_CODES.get(done.returncode, "UNKNOWN"), f"ckpt: export: {message}")
+    return path
