@@ -78,11 +78,17 @@ def run_case(case, root):
         if pending is not None:
             pending.staging_completion.result(timeout=wait_s)
 
+    # A BatchNorm forward updates running_mean/var in place: with a lazy save
+    # still copying, the forward must wait too (as a real loop's must).
+    forward_mutates = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+                          for m in w.model.modules())
     t0 = time.perf_counter()
     try:
         for i in range(case["saves"]):
             if i > 0 and case["change"] == "train":
-                w.forward_backward()  # overlaps a lazy save's copy
+                if forward_mutates:
+                    settle()
+                w.forward_backward()  # otherwise overlaps a lazy save's copy
                 settle()
                 w.step()
                 w.train(case["steps_between"] - 1)
