@@ -18,7 +18,7 @@ if [[ ${CKPT_SKIP_TSAN:-0} != 1 ]]; then
   # based (util/mutex.h), so reports here are real.
   tsan_dir=${CKPT_TSAN_BUILD_DIR:-build-tsan}
   tsan_tests=(async_engine_test engine_test delta_test device_staging_test stall_timeout_test
-              encoder_buffers_test)
+              encoder_buffers_test staging_copy_test)
   cmake -S . -B "$tsan_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_TSAN=ON \
     -DCKPT_BUILD_BENCH=OFF -DCKPT_BUILD_TOOLS=OFF -DCKPT_BUILD_TORCH=OFF -DCKPT_WITH_CUDA=OFF >/dev/null
   cmake --build "$tsan_dir" -j2 --target "${tsan_tests[@]}"

@@ -88,7 +88,7 @@ size_t ChunksNeeded(const std::vector<PlannedShard>& plan, size_t chunk_bytes) {
 // Runs `StageJob` for lazily staged saves, in order, on its own thread.
 class LazyStager {
  public:
-  LazyStager(StagingPool* pool, int nice) : pool_(pool), nice_(nice), thread_([this] { Run(); }) {}
+  explicit LazyStager(StagingPool* pool) : pool_(pool), thread_([this] { Run(); }) {}
   ~LazyStager() { Stop(); }
   void Enqueue(std::shared_ptr<SaveJob> job) {
     MutexLock lock(&mu_);
@@ -104,7 +104,9 @@ class LazyStager {
 
  private:
   void Run() {
-    BecomeBackgroundThread("ckpt-stage", nice_);
+    // Not niced: the loop waits for this copy before it changes the tensors,
+    // so it is the loop's own work, done while the loop computes.
+    BecomeBackgroundThread("ckpt-stage", 0);
     while (true) {
       std::shared_ptr<SaveJob> job;
       {
@@ -114,12 +116,11 @@ class LazyStager {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      job->FinishStaging(StageJob(*job, *pool_, job->copier));
+      job->FinishStaging(StageJob(*job, *pool_, job->copier, /*host=*/nullptr));
     }
   }
 
   StagingPool* const pool_;
-  const int nice_;
   Mutex mu_;
   std::deque<std::shared_ptr<SaveJob>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -153,7 +154,12 @@ class EngineImpl final : public Engine {
     persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job, const absl::Status& outcome, const SaveStats& s) {
                                  OnSaveDone(job, outcome, s);
                                });
-    if (options_.lazy_staging) lazy_ = std::make_unique<LazyStager>(&pool_, options_.background_nice);
+    if (options_.lazy_staging) {
+      lazy_ = std::make_unique<LazyStager>(&pool_);
+    } else {
+      host_copier_ = std::make_unique<ParallelCopier>(
+          options_.staging_threads > 0 ? options_.staging_threads : ParallelCopier::DefaultThreads());
+    }
     if (options_.watchdog_timeout > absl::ZeroDuration() ||
         options_.stall_timeout > absl::ZeroDuration()) {
       watchdog_ = std::thread([this] {
@@ -273,7 +279,7 @@ class EngineImpl final : public Engine {
     }
     // A staging failure (the persister failed meanwhile, or the engine is
     // closing) is reported by the handle, with the persister's reason.
-    absl::Status staged = StageJob(*job, pool_, job->copier);
+    absl::Status staged = StageJob(*job, pool_, job->copier, host_copier_.get());
     job->blocked_s = SecondsSince(start);
     job->blocked_cpu_s = ThreadCpuSeconds() - start_cpu;
     job->FinishStaging(staged);
@@ -487,6 +493,8 @@ class EngineImpl final : public Engine {
   MetricsSink metrics_;  // persister thread only
   std::unique_ptr<Persister> persister_;
   std::unique_ptr<LazyStager> lazy_;
+  // Copies eager saves' host tensors (under `staging_mu_`); null when lazy.
+  std::unique_ptr<ParallelCopier> host_copier_;
   // Created on the first save with device tensors; used by the stager only
   // (under `staging_mu_`, or on the lazy stager's thread).
   std::unique_ptr<DeviceCopier> copier_;
@@ -530,6 +538,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   if (options.delta.full_every < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("delta.full_every ", options.delta.full_every, " must be at least 1"));
+  }
+  if (options.staging_threads < 0 || options.staging_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging_threads ", options.staging_threads, " is not in 0..64"));
   }
   if (options.background_nice < 0 || options.background_nice > 19) {
     return absl::InvalidArgumentError(

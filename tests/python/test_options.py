@@ -81,6 +81,24 @@ def test_engine_tuning_options_reach_the_engine(root):
             ckpt.Checkpointer(root, **bad)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_staging_threads_and_background_nice_reach_the_engine(tmp_path, threads):
+    # Tensors far larger than one copy batch (32 MiB), mixed with tiny ones.
+    state = {"embed.weight": torch.randn(12 << 20), "norm.weight": torch.randn(7),
+             "layers.0.w": torch.randn(300, 301, dtype=torch.float64), "step": 3}
+    root = tmp_path / f"t{threads}"
+    with ckpt.Checkpointer(root, staging_threads=threads, background_nice=0) as cp:
+        cp.save(1, state)
+        state["embed.weight"].add_(1.0)
+        cp.save(2, state)
+    got = ckpt.load(root)
+    assert all(torch.equal(got[k], state[k]) for k in ("embed.weight", "norm.weight", "layers.0.w"))
+    ckpt.verify(root, 2)
+    for bad in ({"staging_threads": -1}, {"staging_threads": 65}, {"background_nice": 20}):
+        with pytest.raises((ValueError, ckpt.CheckpointError), match=next(iter(bad))):
+            ckpt.Checkpointer(tmp_path / "bad", **bad)
+
+
 def test_reserve_allocates_staging_memory_before_the_first_save(root):
     state = {"w": torch.randn(1 << 20), "b": torch.randn(1000), "step": 7}
     with ckpt.Checkpointer(root) as cp:

@@ -78,7 +78,7 @@ const std::vector<std::string>& EngineOptionNames() {
       "direct_io",     "create_root",       "metrics_jsonl_path", "write_during_eager_staging",
       "chunk_bytes",   "queue_depth",       "encode_buffers",  "shard_min_bytes",
       "shard_max_bytes", "watchdog_timeout_s", "stall_timeout_s", "prometheus_textfile_path",
-      "background_nice"};
+      "background_nice", "staging_threads"};
   return *kNames;
 }
 
@@ -135,6 +135,7 @@ EngineOptions ParseEngineOptions(const std::string& options_json) {
   get_size("shard_min_bytes", &options.shard_min_bytes);
   get_size("shard_max_bytes", &options.shard_max_bytes);
   get_size("background_nice", &options.background_nice);
+  get_size("staging_threads", &options.staging_threads);
   const auto get_seconds = [&](const char* key, absl::Duration* out) {
     if (auto it = obj.find(key); it == obj.end() || it->is_null()) return;
     double v = 0;

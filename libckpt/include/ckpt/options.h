@@ -106,13 +106,21 @@ struct EngineOptions {
   // true starts writing each chunk as soon as it is staged. Lazy saves and
   // saves of CUDA tensors always write as soon as chunks are staged.
   bool write_during_eager_staging = false;
+  // Threads that copy an eager save's host tensors into staging memory, the
+  // caller included (its wait is that copy): one thread's memcpy is well
+  // below what the memory system gives two or more. 0 (default): up to 4,
+  // no more than the cores the process may use; 1: the caller alone. Lazy
+  // saves copy on one background thread.
+  int staging_threads = 0;
 
-  // The engine's background threads (persister and encoder, lazy stager,
-  // staging reservation) run this much nicer than the thread that opened
-  // the engine (0..19; 0 = same priority). On a machine whose cores the
-  // training loop keeps busy, this keeps checkpointing from slowing the
-  // training steps; saves then use the CPU time training leaves. See
-  // docs/engine.md ("What the background work costs the loop").
+  // The engine's background threads (persister and encoder, staging
+  // reservation) run this much nicer than the thread that opened the engine
+  // (0..19; 0 = same priority). On a machine whose cores the training loop
+  // keeps busy, this keeps checkpointing from slowing the training steps;
+  // saves then use the CPU time training leaves. The lazy stager and the
+  // eager copy threads are not niced: the loop waits for their copy before
+  // it changes the tensors. See docs/engine.md ("What the background work
+  // costs the loop").
   int background_nice = 10;
 
   // zstd level for shard files (1..19); 0 disables compression.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "commit/commit.h"
 #include "delta/delta_codec.h"
+#include "engine/record_hasher.h"
 #include "format/manifest.h"
 #include "format/names.h"
 #include "io/io_executor.h"
@@ -194,6 +195,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
   if (!status.ok()) job.Abort(status);
   ShardEncoder* encoder = plan.encoder.get();
   const bool update_reference = reference_ != nullptr && !plan.delta;
+  RecordHasher hasher(job.plan, job.hashes);
 
   std::vector<StagedChunk> ready;
   std::vector<size_t> releasable;
@@ -216,6 +218,10 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     for (const StagedChunk& c : ready) {
       if (status.ok() && job.abort) fail(job.abort_reason());
       const char* data = ctx_.pool->chunk(c.chunk);
+      if (status.ok()) {
+        absl::Status hashed = hasher.Consume(c, data);
+        if (!hashed.ok()) fail(hashed);
+      }
       if (status.ok() && update_reference) UpdateReference(job, c, data);
       if (status.ok() && encoder != nullptr) {
         releasable.clear();
@@ -253,6 +259,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     for (size_t r : releasable) ctx_.pool->Release(r);
   }
   if (status.ok()) status = job.staging_status();
+  if (status.ok()) status = hasher.Finish();
   return status;
 }
 

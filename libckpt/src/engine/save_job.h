@@ -144,7 +144,7 @@ class SaveJob final : public SaveHandle {
   const std::vector<PlannedShard> plan;
   const std::string final_name;
   const std::string temp_dir;
-  std::vector<uint64_t> hashes;  // written by the stager, read by the persister after staging
+  std::vector<uint64_t> hashes;  // XXH3-64 per tensor: persister-owned (engine/record_hasher.h)
   Clock::time_point start_time = Clock::now();
   // Copies device tensors; null when the save has none.
   DeviceCopier* copier = nullptr;

@@ -4,90 +4,75 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
-#include "util/hash.h"
 #include "util/status_macros.h"
 
 namespace ckpt::internal {
 namespace {
 
-// Bytes copied between hash updates: small enough to stay in L2.
-constexpr size_t kCopyPiece = 64 * 1024;
+// Host bytes copied per piece: big enough that claiming a piece costs
+// nothing, small enough to share a batch out evenly.
+constexpr size_t kCopyPiece = 512 * 1024;
+// Host copies are batched up to this many bytes before the copier runs them
+// (when it has helper threads): a batch's chunks are handed on once it ran.
+constexpr size_t kBatchBytes = 32 << 20;
 // Chunks of device copies allowed in flight before the oldest is awaited.
 constexpr size_t kDeviceChunksAhead = 4;
 
-// Part of a device tensor copied into a chunk, hashed once it has landed.
-struct DeviceSegment {
-  size_t tensor = 0;
-  const char* data = nullptr;  // in staging memory
-  size_t bytes = 0;
-  bool first = false;  // starts the tensor
-  bool last = false;   // ends the tensor
-};
-
+// A full (or flushed) chunk waiting for its copies before it is handed on.
 struct PendingChunk {
   StagedChunk chunk;
-  std::vector<DeviceSegment> segments;
+  uint64_t batch = 0;          // host copies: ready once `batches_run_ >= batch`
+  bool device = false;         // device copies: ready once `token` has landed
   uint64_t token = 0;
 };
 
 class ChunkFiller {
  public:
-  ChunkFiller(SaveJob& job, StagingPool& pool, DeviceCopier* copier)
-      : job_(job), pool_(pool), copier_(copier) {}
+  ChunkFiller(SaveJob& job, StagingPool& pool, DeviceCopier* device, ParallelCopier* host)
+      : job_(job), pool_(pool), device_(device), host_(host) {}
 
   void BeginShard(size_t shard) {
     shard_ = shard;
     file_offset_ = 0;
   }
 
-  absl::Status Zeros(size_t n) { return Fill(nullptr, 0, n, nullptr); }
+  absl::Status Zeros(size_t n) { return Fill(nullptr, n); }
 
   // Copies all of tensor `index` into the stream.
-  absl::Status Tensor(size_t index) {
-    const TensorView& t = job_.tensors[index];
-    if (t.nbytes == 0) {
-      job_.hashes[index] = Xxh3(nullptr, 0);
-      return absl::OkStatus();
-    }
-    if (t.device == TensorView::Device::kCpu) {
-      hash_.Reset();
-      CKPT_RETURN_IF_ERROR(Fill(&t, index, t.nbytes, &hash_));
-      job_.hashes[index] = hash_.Digest();
-      return absl::OkStatus();
-    }
-    return Fill(&t, index, t.nbytes, nullptr);
-  }
+  absl::Status Tensor(size_t index) { return Fill(&job_.tensors[index], job_.tensors[index].nbytes); }
 
-  // Hands the partly filled chunk on (or queues it behind device copies).
+  // Hands the partly filled chunk on, or queues it behind its copies.
   absl::Status Flush() {
     if (current_ == kNone) return absl::OkStatus();
-    PendingChunk pending{StagedChunk{shard_, file_offset_, current_, fill_}, std::move(segments_), 0};
-    segments_.clear();
+    PendingChunk pending{StagedChunk{shard_, file_offset_, current_, fill_}, 0, current_device_, 0};
+    if (current_host_) pending.batch = batches_run_ + 1;
     file_offset_ += fill_;
     current_ = kNone;
     fill_ = 0;
-    if (!pending.segments.empty()) {
-      CKPT_ASSIGN_OR_RETURN(pending.token, copier_->Record());
+    current_device_ = false;
+    current_host_ = false;
+    if (pending.device) {
+      CKPT_ASSIGN_OR_RETURN(pending.token, device_->Record());
+      ++device_pending_;
     }
-    if (pending.segments.empty() && pending_.empty()) {
-      job_.PushChunk(pending.chunk);
-      return absl::OkStatus();
-    }
-    pending_.push_back(std::move(pending));
-    return DrainPending(kDeviceChunksAhead);
+    pending_.push_back(pending);
+    if (batch_bytes_ >= kBatchBytes) RunBatch();
+    return Advance(/*all=*/false);
   }
 
-  // Hands on queued chunks until at most `keep` remain.
-  absl::Status DrainPending(size_t keep) {
-    while (pending_.size() > keep) {
+  // Hands on queued chunks, in order: every one when `all`, otherwise those
+  // ready without waiting, and device chunks while more than a few are ahead.
+  absl::Status Advance(bool all) {
+    while (!pending_.empty()) {
       PendingChunk& p = pending_.front();
-      if (!p.segments.empty()) {
-        CKPT_RETURN_IF_ERROR(copier_->WaitFor(p.token));
-        for (const DeviceSegment& s : p.segments) {
-          if (s.first) device_hash_.Reset();
-          device_hash_.Update(s.data, s.bytes);
-          if (s.last) job_.hashes[s.tensor] = device_hash_.Digest();
-        }
+      if (p.batch > batches_run_) {
+        if (!all) break;
+        RunBatch();
+      }
+      if (p.device) {
+        if (!all && device_pending_ <= kDeviceChunksAhead) break;
+        CKPT_RETURN_IF_ERROR(device_->WaitFor(p.token));
+        --device_pending_;
       }
       job_.PushChunk(p.chunk);
       pending_.pop_front();
@@ -96,14 +81,18 @@ class ChunkFiller {
   }
 
   // Gives back every chunk still held (after an error). Device copies into
-  // them are waited for first, so no copy lands in a reused chunk.
+  // them are waited for first, so no copy lands in a reused chunk; host
+  // batches run synchronously, so none is in flight.
   void Abandon() {
-    if (copier_ != nullptr && (!pending_.empty() || !segments_.empty())) {
-      auto token = copier_->Record();
-      if (token.ok()) (void)copier_->WaitFor(*token);
+    if (device_ != nullptr && (device_pending_ > 0 || current_device_)) {
+      auto token = device_->Record();
+      if (token.ok()) (void)device_->WaitFor(*token);
     }
+    batch_.clear();
+    batch_bytes_ = 0;
     for (const PendingChunk& p : pending_) pool_.Release(p.chunk.chunk);
     pending_.clear();
+    device_pending_ = 0;
     if (current_ != kNone) pool_.Release(current_);
     current_ = kNone;
   }
@@ -112,9 +101,8 @@ class ChunkFiller {
   static constexpr size_t kNone = ~size_t{0};
 
   // Appends `n` bytes of tensor `t` (zeros when null).
-  absl::Status Fill(const TensorView* t, size_t index, size_t n, Xxh3Stream* hash) {
+  absl::Status Fill(const TensorView* t, size_t n) {
     const char* src = t != nullptr ? static_cast<const char*>(t->data) : nullptr;
-    const size_t total = n;
     while (n > 0) {
       if (current_ == kNone) CKPT_RETURN_IF_ERROR(TakeChunk());
       const size_t take = std::min({n, pool_.chunk_bytes() - fill_, kCopyPiece});
@@ -122,13 +110,17 @@ class ChunkFiller {
       if (src == nullptr) {
         std::memset(dst, 0, take);
       } else if (t->device == TensorView::Device::kCpu) {
-        std::memcpy(dst, src, take);
-        hash->Update(dst, take);
+        if (host_ != nullptr) {
+          batch_.push_back(CopyPiece{dst, src, take});
+          batch_bytes_ += take;
+          current_host_ = true;
+        } else {
+          std::memcpy(dst, src, take);
+        }
       } else {
-        CKPT_RETURN_IF_ERROR(copier_->CopyAsync(dst, src, take, t->device_index, t->stream,
+        CKPT_RETURN_IF_ERROR(device_->CopyAsync(dst, src, take, t->device_index, t->stream,
                                                 job_.stream_mark.get()));
-        const size_t done = total - n;
-        segments_.push_back(DeviceSegment{index, dst, take, done == 0, done + take == total});
+        current_device_ = true;
       }
       if (src != nullptr) src += take;
       fill_ += take;
@@ -138,13 +130,21 @@ class ChunkFiller {
     return absl::OkStatus();
   }
 
+  void RunBatch() {
+    if (!batch_.empty()) host_->Run(batch_);
+    batch_.clear();
+    batch_bytes_ = 0;
+    ++batches_run_;
+  }
+
   absl::Status TakeChunk() {
     if (job_.abort.load(std::memory_order_relaxed)) return AbortReason();
     std::optional<size_t> chunk = pool_.TryAcquire();
     if (!chunk.has_value()) {
-      // Chunks queued behind device copies can be handed on meanwhile.
-      CKPT_RETURN_IF_ERROR(DrainPending(0));
-      job_.WakePersister();  // it frees chunks only once it writes the ones it has
+      // Queued chunks are completed and handed on meanwhile: the persister
+      // frees chunks only once it has written them.
+      CKPT_RETURN_IF_ERROR(Advance(/*all=*/true));
+      job_.WakePersister();
       const Clock::time_point start = Clock::now();
       chunk = pool_.Acquire(&job_.abort);
       job_.staging_wait_s += SecondsSince(start);
@@ -164,24 +164,29 @@ class ChunkFiller {
 
   SaveJob& job_;
   StagingPool& pool_;
-  DeviceCopier* const copier_;
-  Xxh3Stream hash_;
-  Xxh3Stream device_hash_;
+  DeviceCopier* const device_;
+  ParallelCopier* const host_;
   size_t shard_ = 0;
   uint64_t file_offset_ = 0;
   size_t current_ = kNone;
   size_t fill_ = 0;
-  std::vector<DeviceSegment> segments_;  // of the current chunk
+  bool current_device_ = false;  // the current chunk has device copies
+  bool current_host_ = false;    // the current chunk has copies in `batch_`
+  std::vector<CopyPiece> batch_;
+  size_t batch_bytes_ = 0;
+  uint64_t batches_run_ = 0;
+  size_t device_pending_ = 0;  // entries of `pending_` with device copies
   std::deque<PendingChunk> pending_;
 };
 
 }  // namespace
 
-absl::Status StageJob(SaveJob& job, StagingPool& pool, DeviceCopier* copier) {
+absl::Status StageJob(SaveJob& job, StagingPool& pool, DeviceCopier* device, ParallelCopier* host) {
   const Clock::time_point start = Clock::now();
   SaveStage queued = SaveStage::kQueued;
   job.stage.compare_exchange_strong(queued, SaveStage::kStaging);
-  ChunkFiller filler(job, pool, copier);
+  if (host != nullptr && host->threads() <= 1) host = nullptr;
+  ChunkFiller filler(job, pool, device, host);
   absl::Status status;
   for (size_t s = 0; s < job.plan.size() && status.ok(); ++s) {
     const PlannedShard& shard = job.plan[s];
@@ -196,7 +201,7 @@ absl::Status StageJob(SaveJob& job, StagingPool& pool, DeviceCopier* copier) {
     if (status.ok()) status = filler.Zeros(shard.padded_bytes - position);
     if (status.ok()) status = filler.Flush();
   }
-  if (status.ok()) status = filler.DrainPending(0);
+  if (status.ok()) status = filler.Advance(/*all=*/true);
   if (!status.ok()) filler.Abandon();
   job.stream_mark.reset();  // every copy that used it was queued (and has landed)
   job.staging_s = SecondsSince(start);
