@@ -27,6 +27,7 @@
 namespace ckpt {
 namespace {
 
+using testing::Leftovers;
 using testing::Fault;
 using testing::FaultInjectionFileSystem;
 using testing::OwnedTensor;
@@ -104,16 +105,6 @@ std::string FileContents(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// Entries of `root` other than LATEST and committed checkpoints.
-std::vector<std::string> Leftovers(const std::string& root) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(root)) {
-    const std::string name = entry.path().filename().string();
-    if (name != "LATEST" && !absl::StartsWith(name, "step-")) names.push_back(name);
-  }
-  return names;
 }
 
 class CompactTest : public ::testing::TestWithParam<DeltaOptions::Mode> {};

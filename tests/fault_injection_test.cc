@@ -186,10 +186,12 @@ int64_t LatestStep(const std::string& root, bool verify, std::string* error) {
   return diff.empty() ? step : -1;
 }
 
+// The entries of `dir` but its lock files, sorted.
 std::vector<std::string> SortedEntries(const std::string& dir) {
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    names.push_back(entry.path().filename().string());
+    const std::string name = entry.path().filename().string();
+    if (!testing::IsRootLockFile(name)) names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   return names;

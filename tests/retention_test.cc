@@ -32,6 +32,7 @@
 namespace ckpt {
 namespace {
 
+using testing::Leftovers;
 using testing::OwnedTensor;
 using testing::RandomTensor;
 using testing::ScratchDir;
@@ -122,18 +123,6 @@ std::map<int64_t, RestoredStep> Only(const std::map<int64_t, RestoredStep>& all,
   return out;
 }
 
-// Entries of `root` other than LATEST, the lock and committed checkpoints.
-std::vector<std::string> Leftovers(const std::string& root) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(root)) {
-    const std::string name = entry.path().filename().string();
-    if (name != "LATEST" && name != ".ckpt-retain.lock" && !absl::StartsWith(name, "step-")) {
-      names.push_back(name);
-    }
-  }
-  return names;
-}
-
 // Step -> action kind, and every action's error.
 std::map<int64_t, Kind> Kinds(const std::vector<RetentionAction>& actions, std::string* errors) {
   std::map<int64_t, Kind> kinds;
@@ -148,7 +137,7 @@ std::map<int64_t, Kind> Kinds(const std::vector<RetentionAction>& actions, std::
 std::map<std::string, std::string> Snapshot(const std::string& dir) {
   std::map<std::string, std::string> files;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (e.path().filename() == ".ckpt-retain.lock") continue;  // created by any run
+    if (testing::IsRootLockFile(e.path().filename())) continue;  // created by any run
     std::string bytes;
     if (e.is_regular_file()) {
       std::ifstream in(e.path(), std::ios::binary);

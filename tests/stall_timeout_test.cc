@@ -14,6 +14,7 @@
 namespace ckpt {
 namespace {
 
+using testing::Leftovers;
 using testing::FaultInjectionFileSystem;
 using testing::OwnedTensor;
 using testing::RandomTensor;
@@ -29,17 +30,6 @@ std::vector<OwnedTensor> State(uint64_t seed) {
                                  {256, 256}, seed * 10 + l));
   }
   return state;
-}
-
-// Every entry of `root` but the committed checkpoints and LATEST.
-std::vector<std::string> Leftovers(const std::string& root) {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(root)) {
-    const std::string name = e.path().filename();
-    if (name == "LATEST" || name.rfind("step-", 0) == 0) continue;
-    out.push_back(name);
-  }
-  return out;
 }
 
 class StallTimeoutTest : public ::testing::Test {

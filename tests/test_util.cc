@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/catalog.h"
 #include "ckpt/reader.h"
+#include "ckpt/root_lock.h"
 #include "gtest/gtest.h"
 
 #include <stdlib.h>
@@ -112,6 +113,22 @@ std::string DiffSteps(const std::string& root, const std::map<int64_t, RestoredS
 void RemoveTree(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
+}
+
+bool IsRootLockFile(const std::string& name) {
+  return name == RootLockFileName(RootLockKind::kWriter) ||
+         name == RootLockFileName(RootLockKind::kRetention);
+}
+
+std::vector<std::string> Leftovers(const std::string& root) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "LATEST" && name.rfind("step-", 0) != 0 && !IsRootLockFile(name)) {
+      names.push_back(name);
+    }
+  }
+  return names;
 }
 
 void FillRandom(std::vector<uint8_t>& bytes, uint64_t seed) {

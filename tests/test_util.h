@@ -70,6 +70,13 @@ void RunOrDie(const std::function<void()>& fn, absl::Duration deadline, const st
 // Removes `path` recursively (best effort).
 void RemoveTree(const std::string& path);
 
+// True for the lock files of a root (ckpt/root_lock.h): engines and
+// retention jobs leave them by design.
+bool IsRootLockFile(const std::string& name);
+// Entries of `root` other than LATEST, committed checkpoint directories and
+// lock files: what no operation, failed or not, may leave behind.
+std::vector<std::string> Leftovers(const std::string& root);
+
 // What a restore of one step yields: its extras and, per tensor, its bytes
 // and error bound.
 struct RestoredStep {

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/compact.h"
+#include "ckpt/root_lock.h"
 #include "retention_plan.h"
 
 namespace ckpt::tools {
@@ -265,14 +266,8 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   }
   // One job at a time per root: everything below, compactions included,
   // happens under this lock.
-  const std::string lock_path = root + "/.ckpt-retain.lock";
-  int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock < 0) return Errno("open " + lock_path);
-  if (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
-    ::close(lock);
-    return absl::UnavailableError(absl::StrCat("another ckpt-retain holds ", lock_path));
-  }
-  struct Unlock { int fd; ~Unlock() { ::flock(fd, LOCK_UN); ::close(fd); } } unlock{lock};
+  auto lock = LockRoot(root, RootLockKind::kRetention, "ckpt-retain");
+  if (!lock.ok()) return lock.status();  // kUnavailable: another job runs (exit code 4)
 
   if (!policy.dry_run) {
     // A compaction that fell back to two renames and was interrupted between

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "ckpt/root_lock.h"
 #include "util/mutex.h"
 #include "engine/metrics.h"
 #include "engine/persister.h"
@@ -130,10 +131,11 @@ class LazyStager {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::string root, EngineOptions options, std::shared_ptr<FileSystem> fs,
-             internal::IoBackend backend)
+             std::unique_ptr<FileLock> writer_lock, internal::IoBackend backend)
       : root_(std::move(root)),
         options_(std::move(options)),
         fs_(std::move(fs)),
+        writer_lock_(std::move(writer_lock)),
         backend_(std::move(backend)),
         pool_(options_.io.chunk_bytes),
         metrics_(fs_.get(), backend_.queue.get(), options_.metrics_jsonl_path,
@@ -330,6 +332,7 @@ class EngineImpl final : public Engine {
       watchdog_stop_ = true;
     }
     if (watchdog_.joinable()) watchdog_.join();
+    writer_lock_.reset();  // nothing of this engine writes any more: another may open ROOT
     return TakeUnreportedError();
   }
 
@@ -488,6 +491,9 @@ class EngineImpl final : public Engine {
   const std::string root_;
   const EngineOptions options_;
   const std::shared_ptr<FileSystem> fs_;
+  // ROOT/.ckpt-writer.lock, held from Open until Close has stopped every
+  // thread that writes.
+  std::unique_ptr<FileLock> writer_lock_;
   internal::IoBackend backend_;
   StagingPool pool_;
   MetricsSink metrics_;  // persister thread only
@@ -566,9 +572,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   if (!stat->is_directory) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint root ", root, " is not a directory"));
   }
+  // One writer per root: a second engine, here or in another process, would
+  // race this one's commits, LATEST and delta base.
+  auto writer_lock = LockRoot(root, RootLockKind::kWriter, "ckpt engine", fs.get());
+  if (!writer_lock.ok()) {
+    if (writer_lock.status().code() != absl::StatusCode::kUnavailable) return writer_lock.status();
+    return absl::UnavailableError(absl::StrCat(
+        writer_lock.status().message(), " (one engine writes a root at a time: close the other first)"));
+  }
   auto backend = OpenIoBackend(*fs, options.io, root);
   if (!backend.ok()) return Annotate(backend.status(), absl::StrCat("checkpoint root ", root));
-  auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(*backend));
+  auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(*writer_lock),
+                                             std::move(*backend));
   CKPT_RETURN_IF_ERROR(engine->Start());
   return std::unique_ptr<Engine>(std::move(engine));
 }

@@ -42,6 +42,13 @@ struct OpenOptions {
   // aligned. A file system that refuses O_DIRECT fails the open with
   // kInvalidArgument (EINVAL), which callers use as the probe.
   bool direct = false;
+  // Refuse anything at `path` but a regular file, without blocking: a
+  // symlink (O_NOFOLLOW) and a FIFO, device, socket or directory (opened
+  // O_NONBLOCK, checked with fstat, then closed) fail with
+  // kFailedPrecondition naming the path. Every file ckpt reads from a
+  // checkpoint directory (manifests, LATEST, shards) is opened this way, so
+  // a planted FIFO cannot hang a reader and a symlink cannot redirect it.
+  bool regular_only = false;
 };
 
 // `File` is an open file. Not thread-safe except where noted; data transfers
@@ -72,6 +79,15 @@ class File {
   // close(2). Errors are reported (a close error poisons a checkpoint). The
   // destructor closes silently if `Close` was not called.
   virtual absl::Status Close() = 0;
+};
+
+// An exclusive advisory lock on a file, taken by `FileSystem::LockFile` and
+// held until this object is destroyed. The kernel drops it when the process
+// dies, however it dies.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+  virtual const std::string& path() const = 0;
 };
 
 // One data transfer. `buf` must stay valid until its completion is reaped.
@@ -117,7 +133,8 @@ enum class IoQueueKind : uint8_t {
 };
 
 struct FileStat {
-  bool is_directory = false;
+  bool is_directory = false;  // of what `path` names, symlinks followed
+  bool is_symlink = false;    // `path` itself is a symbolic link (lstat)
   uint64_t size = 0;
   int64_t mtime_ns = 0;
 };
@@ -134,7 +151,8 @@ class FileSystem {
 
   virtual absl::StatusOr<std::unique_ptr<File>> Open(const std::string& path,
                                                      const OpenOptions& options) = 0;
-  // mkdir(2) with mode 0755; kAlreadyExists if `path` exists.
+  // mkdir(2) with mode 0750 (less the umask); kAlreadyExists if `path`
+  // exists. Files are created with mode 0640 (less the umask).
   virtual absl::Status CreateDir(const std::string& path) = 0;
   virtual absl::Status RemoveFile(const std::string& path) = 0;
   // rmdir(2): the directory must be empty.
@@ -153,6 +171,19 @@ class FileSystem {
   virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
   // kNotFound if `path` does not exist.
   virtual absl::StatusOr<FileStat> Stat(const std::string& path) = 0;
+  // Takes an exclusive lock on the file `path` without waiting, creating it
+  // if missing (mode 0640 less the umask; never through a symlink, and only
+  // a regular file locks). Once locked, the file's contents become `owner`
+  // (one line saying who holds it, e.g. "pid 42 on host a"), which is what a
+  // later locker is told. flock(2) semantics: the lock belongs to this open,
+  // so a second `LockFile` of the same path fails within one process as it
+  // does from another, and a holder that dies releases it at once.
+  // kUnavailable while someone holds it (the message names the path and the
+  // holder's owner line); kFailedPrecondition when `path` is a symlink or
+  // not a regular file; kUnimplemented by default, for implementations that
+  // predate it.
+  virtual absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path,
+                                                             absl::string_view owner);
   // A queue of `depth` concurrent transfers. kUnavailable (with the reason)
   // where `kind` cannot run here, e.g. io_uring refused by a seccomp policy.
   virtual absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(IoQueueKind kind,

@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,6 +93,34 @@ class PosixFile final : public File {
   const bool direct_;
 };
 
+class PosixFileLock final : public FileLock {
+ public:
+  PosixFileLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixFileLock() override {
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  const std::string path_;
+  const int fd_;
+};
+
+// What the holder of lock file `fd` wrote into it: its first line, at most
+// 256 bytes, non-printable bytes dropped. Empty if unreadable.
+std::string LockHolder(int fd) {
+  char buf[256];
+  ssize_t n;
+  do n = ::pread(fd, buf, sizeof(buf), 0);
+  while (n < 0 && errno == EINTR);
+  std::string holder;
+  for (ssize_t i = 0; i < n && buf[i] != '\n'; ++i) {
+    if (buf[i] >= 0x20 && buf[i] < 0x7f) holder.push_back(buf[i]);
+  }
+  return holder;
+}
+
 class PosixFileSystemImpl final : public FileSystem {
  public:
   absl::string_view name() const override { return "posix"; }
@@ -106,17 +135,38 @@ class PosixFileSystemImpl final : public FileSystem {
     if (options.exclusive) flags |= O_EXCL;
     if (options.truncate) flags |= O_TRUNC;
     if (options.direct) flags |= O_DIRECT;
+    if (options.regular_only) flags |= O_NOFOLLOW | O_NONBLOCK;
     int fd;
-    do fd = ::open(path.c_str(), flags, 0644);
+    do fd = ::open(path.c_str(), flags, 0640);
     while (fd < 0 && errno == EINTR);
+    if (fd < 0 && options.regular_only && errno == ELOOP) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("open ", path, ": a symbolic link, not a regular file (refused)"));
+    }
     if (fd < 0) {
       return ErrnoToStatus(errno, absl::StrCat("open ", path, options.direct ? " (O_DIRECT)" : ""));
+    }
+    if (options.regular_only) {
+      struct stat st;
+      if (::fstat(fd, &st) != 0) {
+        const int error = errno;
+        ::close(fd);
+        return ErrnoToStatus(error, absl::StrCat("fstat ", path));
+      }
+      if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return absl::FailedPreconditionError(absl::StrCat(
+            "open ", path, ": ", S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file",
+            ", not a regular file (refused)"));
+      }
+      // Regular files ignore O_NONBLOCK, but clear it all the same.
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     }
     return std::make_unique<PosixFile>(path, fd, options.direct);
   }
 
   absl::Status CreateDir(const std::string& path) override {
-    if (::mkdir(path.c_str(), 0755) != 0) return ErrnoToStatus(errno, absl::StrCat("mkdir ", path));
+    if (::mkdir(path.c_str(), 0750) != 0) return ErrnoToStatus(errno, absl::StrCat("mkdir ", path));
     return absl::OkStatus();
   }
 
@@ -196,9 +246,58 @@ class PosixFileSystemImpl final : public FileSystem {
     if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", path));
     FileStat result;
     result.is_directory = S_ISDIR(st.st_mode);
+    struct stat lst;
+    result.is_symlink = ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode);
     result.size = static_cast<uint64_t>(st.st_size);
     result.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
     return result;
+  }
+
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path,
+                                                     absl::string_view owner) override {
+    // O_NOFOLLOW: a symlink planted at `path` is refused, not followed.
+    // O_NONBLOCK: a FIFO planted there cannot hang the open.
+    int fd;
+    do fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0640);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0 && errno == ELOOP) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("lock file ", path, " is a symbolic link: refusing to follow it"));
+    }
+    if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open lock file ", path));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      const int error = errno;
+      ::close(fd);
+      return ErrnoToStatus(error, absl::StrCat("fstat lock file ", path));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::FailedPreconditionError(absl::StrCat("lock file ", path, " is not a regular file"));
+    }
+    int rc;
+    do rc = ::flock(fd, LOCK_EX | LOCK_NB);
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      const int error = errno;
+      const std::string holder = LockHolder(fd);
+      ::close(fd);
+      if (error != EWOULDBLOCK) return ErrnoToStatus(error, absl::StrCat("flock ", path));
+      return absl::UnavailableError(absl::StrCat(
+          path, " is locked by ", holder.empty() ? "another open file (holder unknown)" : holder));
+    }
+    const std::string line = absl::StrCat(owner, "\n");
+    ssize_t written = -1;
+    if (::ftruncate(fd, 0) == 0) {
+      do written = ::pwrite(fd, line.data(), line.size(), 0);
+      while (written < 0 && errno == EINTR);
+    }
+    if (written != static_cast<ssize_t>(line.size())) {
+      const int error = written < 0 ? errno : EIO;
+      ::close(fd);  // releases the lock
+      return ErrnoToStatus(error, absl::StrCat("write lock file ", path));
+    }
+    return std::make_unique<PosixFileLock>(path, fd);
   }
 
   absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(IoQueueKind kind, size_t depth) override {
@@ -217,6 +316,12 @@ absl::Status File::Allocate(uint64_t size) {
 absl::Status FileSystem::Exchange(const std::string& a, const std::string& b) {
   return absl::UnimplementedError(
       absl::StrCat("exchange ", a, " and ", b, ": file system \"", name(), "\" cannot"));
+}
+
+absl::StatusOr<std::unique_ptr<FileLock>> FileSystem::LockFile(const std::string& path,
+                                                               absl::string_view owner) {
+  return absl::UnimplementedError(
+      absl::StrCat("lock ", path, ": file system \"", name(), "\" cannot lock files"));
 }
 
 std::shared_ptr<FileSystem> PosixFileSystem() {

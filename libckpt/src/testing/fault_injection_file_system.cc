@@ -716,6 +716,19 @@ absl::StatusOr<FileStat> FaultInjectionFileSystem::Stat(const std::string& path)
   return base_->Stat(path);
 }
 
+absl::StatusOr<std::unique_ptr<FileLock>> FaultInjectionFileSystem::LockFile(
+    const std::string& path, absl::string_view owner) {
+  CKPT_FAULT_CHECK(*state_, absl::StrCat("lock ", path));
+  const bool existed = base_->Stat(path).ok();
+  absl::StatusOr<std::unique_ptr<FileLock>> lock = base_->LockFile(path, owner);
+  if (!lock.ok()) return lock.status();
+  if (!existed) {
+    internal::MutexLock guard(&state_->mu_);
+    state_->log_.Created(path);
+  }
+  return lock;
+}
+
 absl::StatusOr<std::unique_ptr<IoQueue>> FaultInjectionFileSystem::NewIoQueue(IoQueueKind kind,
                                                                             size_t depth) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("new I/O queue (",

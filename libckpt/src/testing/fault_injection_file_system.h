@@ -144,6 +144,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   absl::Status SyncDir(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<FileStat> Stat(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path,
+                                                     absl::string_view owner) override;
   absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(IoQueueKind kind, size_t depth) override;
 
  private:
