@@ -2,7 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <limits>
+#include <tuple>
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 
@@ -93,6 +95,14 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
   if (t.encoding == "raw" && t.stored_bytes != t.raw_bytes) {
     return Corrupt(path, absl::StrCat(where, ": raw record stores ", t.stored_bytes,
                                       " bytes, not raw_bytes ", t.raw_bytes));
+  }
+  // zstd cannot expand a byte more than this (an RLE block: 4 bytes for 128
+  // KiB), so a small record claiming a huge tensor is refused here, before a
+  // reader allocates raw_bytes for it.
+  constexpr uint64_t kMaxZstdRatio = 32768;
+  if (t.encoding == "zstd" && t.raw_bytes / kMaxZstdRatio > t.stored_bytes) {
+    return Corrupt(path, absl::StrCat(where, ": a zstd record of ", t.stored_bytes,
+                                      " bytes cannot hold raw_bytes ", t.raw_bytes));
   }
   auto bound = j.find("error_bound");
   if (bound != j.end()) {
@@ -293,6 +303,24 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
   for (const TensorInfo& t : m.tensors) {
     if (!names.insert(t.name).second) {
       return Corrupt(path, absl::StrCat("tensor \"", t.name, "\" is listed twice"));
+    }
+  }
+  // No two records share bytes of a shard: a writer never lays them out so,
+  // and a reader must not be made to read one record as two tensors.
+  std::vector<const TensorInfo*> records;
+  records.reserve(m.tensors.size());
+  for (const TensorInfo& t : m.tensors) {
+    if (t.stored_bytes > 0) records.push_back(&t);
+  }
+  std::sort(records.begin(), records.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return std::tie(a->shard, a->offset) < std::tie(b->shard, b->offset);
+  });
+  for (size_t i = 1; i < records.size(); ++i) {
+    const TensorInfo& prev = *records[i - 1];
+    const TensorInfo& next = *records[i];
+    if (prev.shard == next.shard && prev.offset + prev.stored_bytes > next.offset) {
+      return Corrupt(path, absl::StrCat("records of tensors \"", prev.name, "\" and \"", next.name,
+                                        "\" overlap in shard \"", next.shard, "\""));
     }
   }
   return m;

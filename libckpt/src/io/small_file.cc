@@ -10,6 +10,7 @@ namespace ckpt::internal {
 absl::StatusOr<std::string> ReadSmallFile(FileSystem& fs, IoQueue& queue, const std::string& path,
                                           uint64_t max_bytes) {
   OpenOptions options;
+  options.regular_only = true;
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file, fs.Open(path, options));
   CKPT_ASSIGN_OR_RETURN(uint64_t size, file->Size());
   if (size > max_bytes) {

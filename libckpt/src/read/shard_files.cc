@@ -14,6 +14,7 @@ absl::StatusOr<File*> ShardFiles::Get(const std::string& dir, const std::string&
   if (it != files_.end()) return it->second.get();
   OpenOptions options;
   options.direct = backend_.direct;
+  options.regular_only = true;
   auto file = fs_->Open(path, options);
   if (!file.ok() && options.direct && file.status().code() == absl::StatusCode::kInvalidArgument &&
       io_.direct == DirectIoMode::kAuto) {
