@@ -277,7 +277,8 @@ TEST(AsyncEngineTest, CancelAbandonsInFlightSavesAndCleansUp) {
   auto names = PosixFileSystem()->ListDir(dir.Join("root"));
   ASSERT_TRUE(names.ok());
   for (const std::string& name : *names) {
-    EXPECT_TRUE(name == "LATEST" || name == StepDirName(1)) << "left behind: " << name;
+    EXPECT_TRUE(name == "LATEST" || name == StepDirName(1) || testing::IsRootLockFile(name))
+        << "left behind: " << name;
   }
   ExpectCheckpointEquals(dir.Join("root"), 1, state);
 }
@@ -300,8 +301,11 @@ TEST(AsyncEngineTest, CancelDuringLazyStagingReportsCancelled) {
     absl::Status s = testing::WaitOrDie(**handle, absl::Seconds(60), "cancelled lazy save");
     if (s.ok()) continue;  // it won the race and committed: allowed
     EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << "round " << round << ": " << s;
+    // Staging may have finished before the cancel (the tensors were free to
+    // change; only the writing was abandoned): OK. Otherwise kCancelled.
     absl::Status staged = (*handle)->WaitStaged();
-    EXPECT_EQ(staged.code(), absl::StatusCode::kCancelled) << "round " << round << ": " << staged;
+    EXPECT_TRUE(staged.ok() || staged.code() == absl::StatusCode::kCancelled)
+        << "round " << round << ": " << staged;
   }
 }
 
