@@ -4,7 +4,7 @@
 A separate "training" process runs steps of 2-thread matmuls (torch, preferring
 the `python3` on PATH, e.g. the PyPI build) and stamps each step. Meanwhile
 this process saves a state of --mb MB with a Checkpointer, first full then
-exact deltas, with background_nice 0 and with the default 10. For each
+exact deltas, with background_nice 0 and with 10 (what an engine that encodes gets by default). For each
 (mode, nice) it reports the median time of steps that ran while a save was in
 flight / the median of steps with nothing in flight, and the saves' durable
 times. One JSON line per (mode, nice) and a summary line:

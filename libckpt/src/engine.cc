@@ -152,7 +152,7 @@ class EngineImpl final : public Engine {
                          backend_.direct,  backend_.description,
                          kWriter,          options_.compression_level,
                          options_.delta,   options_.io.encode_buffers,
-                         options_.background_nice};
+                         BackgroundNice()};
     persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job, const absl::Status& outcome, const SaveStats& s) {
                                  OnSaveDone(job, outcome, s);
                                });
@@ -298,7 +298,7 @@ class EngineImpl final : public Engine {
       MutexLock lock(&mu_);
       if (closed_) return absl::FailedPreconditionError(absl::StrCat("engine for ", root_, " is closed"));
       reservations_.emplace_back([this, needed, reservation] {
-        BecomeBackgroundThread("ckpt-reserve", options_.background_nice);
+        BecomeBackgroundThread("ckpt-reserve", BackgroundNice());
         reservation->set_value(Reserve(needed));
       });
     }
@@ -350,6 +350,14 @@ class EngineImpl final : public Engine {
   absl::string_view backend() const override { return backend_.description; }
 
  private:
+  // `EngineOptions::background_nice`, with -1 resolved.
+  int BackgroundNice() const {
+    if (options_.background_nice >= 0) return options_.background_nice;
+    const bool encodes =
+        options_.delta.mode != DeltaOptions::Mode::kNone || options_.compression_level > 0;
+    return encodes ? 10 : 0;
+  }
+
   uint64_t NextNonce() {
     MutexLock lock(&mu_);
     return absl::Uniform<uint64_t>(gen_);
@@ -549,9 +557,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
     return absl::InvalidArgumentError(
         absl::StrCat("staging_threads ", options.staging_threads, " is not in 0..64"));
   }
-  if (options.background_nice < 0 || options.background_nice > 19) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("background_nice ", options.background_nice, " is not in 0..19"));
+  if (options.background_nice < -1 || options.background_nice > 19) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "background_nice ", options.background_nice, " is not in 0..19 (or -1: automatic)"));
   }
   if (options.io.encode_buffers < 1) {
     return absl::InvalidArgumentError("io.encode_buffers must be at least 1");

@@ -115,13 +115,15 @@ struct EngineOptions {
 
   // The engine's background threads (persister and encoder, staging
   // reservation) run this much nicer than the thread that opened the engine
-  // (0..19; 0 = same priority). On a machine whose cores the training loop
-  // keeps busy, this keeps checkpointing from slowing the training steps;
-  // saves then use the CPU time training leaves. The lazy stager and the
-  // eager copy threads are not niced: the loop waits for their copy before
-  // it changes the tensors. See docs/engine.md ("What the background work
-  // costs the loop").
-  int background_nice = 10;
+  // (0..19; 0 = same priority), or -1 (default): 10 when the engine encodes
+  // (deltas or zstd: seconds of CPU per GB, which would slow a CPU-bound
+  // training loop), 0 when it only writes raw shards (hashing and I/O
+  // submission, ~0.15 CPU s per GB: niced, they would wait behind a busy
+  // loop and the save would reach disk far later for nothing). The lazy
+  // stager and the eager copy threads are never niced: the loop waits for
+  // their copy before it changes the tensors. See docs/engine.md ("What the
+  // background work costs the loop").
+  int background_nice = -1;
 
   // zstd level for shard files (1..19); 0 disables compression.
   int compression_level = 0;
