@@ -14,7 +14,7 @@
 # lines), and append NAME to BENCHES.
 set -euo pipefail
 
-BENCHES=(io async_save delta torch_api real_state background_priority)
+BENCHES=(io async_save delta torch_api real_state background_priority peers)
 
 # bench_io DATA_DIR: durable write and cold restore per I/O backend vs fio.
 bench_io() {
@@ -83,6 +83,20 @@ bench_background_priority() {
   ((QUICK)) && args+=(--mb=128)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/background_priority_bench.py" "${args[@]}"
+}
+
+# bench_peers DATA_DIR: ckpt eager/lazy vs torch.save, dcp.save and
+# dcp.async_save (synchronous and asynchronous staging) in one training loop:
+# stall per save, time to durable, bytes, extra peak RSS, cold restore. Draws
+# the comparison plot into $CKPT_BENCH_OUT.
+bench_peers() {
+  local args=(--dir="$1/peers")
+  ((QUICK)) && args+=(--quick)
+  ((KEEP)) && args+=(--keep)
+  PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
+    "$PYTHON" "$ROOT/bench/peers_bench.py" "${args[@]}" | tee "$1/peers.jsonl"
+  /usr/bin/python3 "$ROOT/bench/plot_peers.py" "$1/peers.jsonl" \
+    "${CKPT_BENCH_OUT:-$BUILD_DIR/bench-results}" >&2 || log "plot skipped"
 }
 
 # ---------------------------------------------------------------------------
