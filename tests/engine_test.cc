@@ -63,14 +63,18 @@ class RoundTripTest : public ::testing::TestWithParam<BackendParam> {
       EXPECT_EQ(got.dtype, want[i].dtype);
       EXPECT_EQ(got.shape, want[i].shape);
       ASSERT_EQ(got.nbytes(), want[i].bytes.size()) << got.name;
-      EXPECT_EQ(0, std::memcmp(got.data(), want[i].bytes.data(), got.nbytes())) << got.name;
+      if (got.nbytes() > 0) {  // memcmp of null pointers is undefined, even for 0 bytes
+        EXPECT_EQ(0, std::memcmp(got.data(), want[i].bytes.data(), got.nbytes())) << got.name;
+      }
     }
     // Unaligned caller memory goes through the bounce chunks.
     for (const OwnedTensor& t : want) {
       std::vector<uint8_t> buffer(t.bytes.size() + 1);
       ReadTarget target{t.name, buffer.data() + 1, t.bytes.size()};
       ASSERT_TRUE((*reader)->ReadInto({&target, 1}).ok()) << t.name;
-      EXPECT_EQ(0, std::memcmp(buffer.data() + 1, t.bytes.data(), t.bytes.size())) << t.name;
+      if (!t.bytes.empty()) {
+        EXPECT_EQ(0, std::memcmp(buffer.data() + 1, t.bytes.data(), t.bytes.size())) << t.name;
+      }
     }
     EXPECT_TRUE((*reader)->Verify().ok());
   }
