@@ -73,6 +73,30 @@ TEST(RootLockTest, ASecondEngineOnTheRootFailsNamingItAndTheHolder) {
   EXPECT_TRUE(fourth.ok()) << fourth.status();
 }
 
+// Holding the lock, a new engine knows that every `.tmp-step-*` left in ROOT
+// is a dead writer's unfinished save, and removes it; a retention job's
+// compaction in progress (`.tmp-compact-*`) is not the engine's and stays.
+TEST(RootLockTest, OpeningRemovesSavesADeadWriterLeftAndNothingElse) {
+  ScratchDir dir;
+  {
+    auto engine = Engine::Open(dir.path(), EngineOptions{});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ASSERT_TRUE(SaveOne(**engine, 1).ok());
+  }
+  const std::string dead = dir.Join(".tmp-step-00000000000000000002-00000000deadbeef");
+  const std::string compaction = dir.Join(".tmp-compact-step-00000000000000000001-0000000000000001");
+  ASSERT_EQ(::mkdir(dead.c_str(), 0750), 0);
+  { std::ofstream(dead + "/layers.0.shard") << "half a shard"; }
+  ASSERT_EQ(::mkdir(compaction.c_str(), 0750), 0);
+  auto engine = Engine::Open(dir.path(), EngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  struct stat st;
+  EXPECT_NE(::stat(dead.c_str(), &st), 0) << "the dead writer's save was not removed";
+  EXPECT_EQ(::stat(compaction.c_str(), &st), 0) << "a compaction in progress was removed";
+  ASSERT_TRUE(SaveOne(**engine, 2).ok());  // the step the dead writer did not finish
+  EXPECT_EQ(*ListSteps(dir.path()), (std::vector<int64_t>{1, 2}));
+}
+
 TEST(RootLockTest, AnEngineOnAnotherRootIsNotAffected) {
   ScratchDir a, b;
   auto first = Engine::Open(a.path(), EngineOptions{});

@@ -24,6 +24,7 @@
 #include "format/names.h"
 #include "format/shard_plan.h"
 #include "io/backend.h"
+#include "io/small_file.h"
 #include "staging/staging_pool.h"
 #include "util/background_thread.h"
 #include "util/log.h"
@@ -76,6 +77,26 @@ absl::Status ValidateSave(int64_t step, std::span<const TensorView> tensors,
                                       /*allow_exceptions=*/false);
   if (extras.is_discarded() || !extras.is_object()) {
     return absl::InvalidArgumentError("extras must be a JSON object (valid UTF-8)");
+  }
+  return absl::OkStatus();
+}
+
+// Removes the temp directories of saves that a dead writer left in `root`
+// (REQUIRES: the writer lock is held). Compactions' temp directories
+// (`.tmp-compact-*`) belong to retention jobs, which run beside the writer,
+// and stay. A directory that cannot be removed is only logged.
+absl::Status RemoveAbandonedSaves(FileSystem& fs, const std::string& root) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDir(root));
+  const std::string prefix = absl::StrCat(kTempPrefix, "step-");
+  for (const std::string& name : names) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string path = JoinPath(root, name);
+    RemoveTreeBestEffort(fs, path);
+    if (fs.Stat(path).ok()) {
+      Log(LogLevel::kWarning, absl::StrCat("could not remove abandoned save ", path));
+    } else {
+      Log(LogLevel::kInfo, absl::StrCat("removed ", path, ", a save its writer did not finish"));
+    }
   }
   return absl::OkStatus();
 }
@@ -588,6 +609,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
     return absl::UnavailableError(absl::StrCat(
         writer_lock.status().message(), " (one engine writes a root at a time: close the other first)"));
   }
+  // Holding the lock, every save in progress in ROOT is ours: a
+  // `.tmp-step-*` directory there was left by a writer that died mid-save.
+  CKPT_RETURN_IF_ERROR(RemoveAbandonedSaves(*fs, root));
   auto backend = OpenIoBackend(*fs, options.io, root);
   if (!backend.ok()) return Annotate(backend.status(), absl::StrCat("checkpoint root ", root));
   auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(*writer_lock),
