@@ -20,6 +20,7 @@
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
+#include "format/names.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -281,6 +282,27 @@ TEST_F(HostileCheckpointTest, LatestNamingAPathOutsideRootIsOnlyAHint) {
   auto hint = ReadLatestHint(root_);
   ASSERT_FALSE(hint.ok());
   EXPECT_NE(hint.status().message().find("symbolic link"), std::string::npos) << hint.status();
+  absl::StatusOr<int64_t> newest = OpenAndVerify(std::nullopt);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(*newest, 2);
+}
+
+// Found by fuzz_names: 20 digits can exceed 2^64, and the parser used to
+// wrap, so "step-40000080000000000000" was taken for step 3106511852580896768.
+TEST(CheckpointDirNameTest, StepsBeyondInt64AreNotSteps) {
+  using internal::ParseCheckpointDirName;
+  EXPECT_EQ(ParseCheckpointDirName("step-40000080000000000000"), std::nullopt);
+  EXPECT_EQ(ParseCheckpointDirName("step-99999999999999999999"), std::nullopt);
+  EXPECT_EQ(ParseCheckpointDirName("step-09223372036854775808"), std::nullopt);
+  EXPECT_EQ(ParseCheckpointDirName("step-09223372036854775807"), std::optional<int64_t>(INT64_MAX));
+  EXPECT_EQ(ParseCheckpointDirName("step-00000000000000001200"), std::optional<int64_t>(1200));
+}
+
+TEST_F(HostileCheckpointTest, ADirectoryNamedBeyondInt64IsIgnored) {
+  std::filesystem::copy(StepDir(1), root_ + "/step-40000080000000000000");
+  auto steps = ListSteps(root_);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_EQ(*steps, (std::vector<int64_t>{1, 2}));
   absl::StatusOr<int64_t> newest = OpenAndVerify(std::nullopt);
   ASSERT_TRUE(newest.ok()) << newest.status();
   EXPECT_EQ(*newest, 2);

@@ -83,13 +83,16 @@ std::optional<int64_t> ParseCheckpointDirName(absl::string_view name) {
   if (name.size() != kPrefix.size() + 20 || name.substr(0, kPrefix.size()) != kPrefix) {
     return std::nullopt;
   }
-  uint64_t value = 0;
+  int64_t value = 0;
   for (char c : name.substr(kPrefix.size())) {
     if (c < '0' || c > '9') return std::nullopt;
-    value = value * 10 + static_cast<uint64_t>(c - '0');
-    if (value > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    const int digit = c - '0';
+    // Checked before multiplying: 20 digits can exceed even 2^64, and a
+    // wrapped value would name another step's directory.
+    if (value > (INT64_MAX - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
   }
-  return static_cast<int64_t>(value);
+  return value;
 }
 
 std::string TempDirName(int64_t step, uint64_t nonce) {
