@@ -1,0 +1,109 @@
+// Writes the seed corpus of the fuzz targets into DIR/<target>/: manifests
+// as the engine writes them (full, delta, compacted; the checksum trailer
+// left off, as fuzz_manifest adds it) and delta payloads as the encoders
+// write them, for every encoding and a few dtypes.
+//   fuzz_seeds DIR
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "ckpt/dtype.h"
+#include "delta/delta_codec.h"
+#include "format/manifest.h"
+#include "format/names.h"
+
+namespace {
+
+using namespace ckpt;
+using namespace ckpt::internal;
+
+void Write(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+Manifest SampleManifest(bool delta) {
+  Manifest m;
+  m.step = delta ? 12 : 10;
+  m.kind = delta ? "delta" : "full";
+  if (delta) {
+    m.base_step = 10;
+    m.base_manifest_xxh3 = 0x0123456789abcdefULL;
+    m.delta_mode = "exact";
+  }
+  m.created_unix_ns = 1764620000000000000;
+  m.writer = "ckpt fuzz-seed";
+  m.extras_json = R"({"epoch": 3, "lr": 0.001, "note": "seed"})";
+  m.shards = {{"layers.0.attn.0.shard", 3 * 4096}, {"embed.0.shard", 8192}};
+  TensorInfo a{"layers.0.attn.q.weight", DType::kBFloat16, {16, 64}, 2048, 2048, "raw",
+               "layers.0.attn.0.shard", 0, 0x1111, 0};
+  TensorInfo b{"layers.0.attn.q.bias", DType::kFloat32, {64}, 256, 256, "raw",
+               "layers.0.attn.0.shard", 4096, 0x2222, 0};
+  TensorInfo c{"layers.0.attn.scale", DType::kFloat32, {}, 4, 4, "raw", "layers.0.attn.0.shard", 8192,
+               0x3333, 0};
+  TensorInfo d{"embed.weight", DType::kFloat16, {32, 64}, 4096, 900, delta ? "sparse" : "zstd",
+               "embed.0.shard", 0, 0x4444, 0};
+  TensorInfo e{"embed.empty", DType::kInt64, {0, 3}, 0, 0, "raw", "embed.0.shard", 0, 0x5555, 0};
+  m.tensors = {a, b, c, d, e};
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_seeds DIR\n");
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  for (const char* t : {"fuzz_manifest", "fuzz_delta", "fuzz_names"}) std::filesystem::create_directories(dir / t);
+
+  int i = 0;
+  for (bool delta : {false, true}) {
+    Manifest m = SampleManifest(delta);
+    auto text = SerializeManifest(&m);
+    if (!text.ok()) {
+      std::fprintf(stderr, "fuzz_seeds: %s\n", std::string(text.status().message()).c_str());
+      return 1;
+    }
+    const size_t trailer = text->rfind(",\n \"manifest_xxh3\"");
+    Write(dir / "fuzz_manifest" / ("manifest" + std::to_string(i++)), text->substr(0, trailer));
+    Write(dir / "fuzz_manifest" / ("raw" + std::to_string(i++)), "!" + *text);
+  }
+
+  // Delta payloads: header (encoding, dtype, element count) + payload.
+  const char* const encodings[] = {"sparse", "xor", "topk"};
+  i = 0;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt64, DType::kUInt8}) {
+    const size_t elements = 300, n = elements * DTypeSize(dtype);
+    std::vector<char> r(n), x(n);
+    for (size_t k = 0; k < n; ++k) r[k] = static_cast<char>(k * 131);  // fuzz_delta's base
+    for (double changed : {0.01, 0.5}) {
+      x = r;
+      for (size_t k = 0; k < n; k += static_cast<size_t>(1 / changed)) x[k] ^= 0x5a;
+      Piece piece{x.data(), n};
+      for (bool topk : {false, true}) {
+        std::vector<char> ref = r;
+        auto rec = topk ? EncodeTopKDelta({&piece, 1}, ref.data(), n, dtype, 0.1, 1)
+                        : EncodeExactDelta({&piece, 1}, ref.data(), n, dtype, 1);
+        if (!rec.ok()) continue;
+        int enc = 0;
+        while (rec->encoding != encodings[enc]) ++enc;
+        std::string bytes = {static_cast<char>(enc), static_cast<char>(dtype),
+                             static_cast<char>(elements >> 8), static_cast<char>(elements & 0xff)};
+        bytes.append(rec->bytes.data(), rec->bytes.size());
+        Write(dir / "fuzz_delta" / ("delta" + std::to_string(i++)), bytes);
+      }
+    }
+  }
+
+  i = 0;
+  for (const std::string& name : {CheckpointDirName(0), CheckpointDirName(1200), TempDirName(7, 0xabc),
+                                  std::string("layers.0.attn.q.weight"), std::string("0123456789abcdef"),
+                                  std::string("step-00000000000000000012\n")}) {
+    Write(dir / "fuzz_names" / ("name" + std::to_string(i++)), name);
+  }
+  return 0;
+}
