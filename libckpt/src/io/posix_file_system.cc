@@ -121,6 +121,40 @@ std::string LockHolder(int fd) {
   return holder;
 }
 
+// open(2) of `path` with `flags`, retried on EINTR; files it creates get mode
+// 0640 (less the umask). With `regular_only`, anything at `path` but a
+// regular file is refused without being followed (O_NOFOLLOW) or blocked on
+// (O_NONBLOCK, then fstat; the flag is cleared again on success):
+// kFailedPrecondition saying what stands there. Errors start with `what`.
+absl::StatusOr<int> OpenDescriptor(const std::string& path, int flags, bool regular_only,
+                                   absl::string_view what) {
+  if (regular_only) flags |= O_NOFOLLOW | O_NONBLOCK;
+  int fd;
+  do fd = ::open(path.c_str(), flags, 0640);
+  while (fd < 0 && errno == EINTR);
+  if (fd < 0 && regular_only && errno == ELOOP) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": a symbolic link, not a regular file (refused)"));
+  }
+  if (fd < 0) return internal::ErrnoToStatus(errno, what);
+  if (!regular_only) return fd;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return internal::ErrnoToStatus(error, absl::StrCat(what, ": fstat"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": ", S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file",
+        ", not a regular file (refused)"));
+  }
+  // Regular files ignore O_NONBLOCK, but clear it all the same.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 class PosixFileSystemImpl final : public FileSystem {
  public:
   absl::string_view name() const override { return "posix"; }
@@ -135,34 +169,10 @@ class PosixFileSystemImpl final : public FileSystem {
     if (options.exclusive) flags |= O_EXCL;
     if (options.truncate) flags |= O_TRUNC;
     if (options.direct) flags |= O_DIRECT;
-    if (options.regular_only) flags |= O_NOFOLLOW | O_NONBLOCK;
-    int fd;
-    do fd = ::open(path.c_str(), flags, 0640);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0 && options.regular_only && errno == ELOOP) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("open ", path, ": a symbolic link, not a regular file (refused)"));
-    }
-    if (fd < 0) {
-      return ErrnoToStatus(errno, absl::StrCat("open ", path, options.direct ? " (O_DIRECT)" : ""));
-    }
-    if (options.regular_only) {
-      struct stat st;
-      if (::fstat(fd, &st) != 0) {
-        const int error = errno;
-        ::close(fd);
-        return ErrnoToStatus(error, absl::StrCat("fstat ", path));
-      }
-      if (!S_ISREG(st.st_mode)) {
-        ::close(fd);
-        return absl::FailedPreconditionError(absl::StrCat(
-            "open ", path, ": ", S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file",
-            ", not a regular file (refused)"));
-      }
-      // Regular files ignore O_NONBLOCK, but clear it all the same.
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    }
-    return std::make_unique<PosixFile>(path, fd, options.direct);
+    absl::StatusOr<int> fd = OpenDescriptor(
+        path, flags, options.regular_only, absl::StrCat("open ", path, options.direct ? " (O_DIRECT)" : ""));
+    if (!fd.ok()) return fd.status();
+    return std::make_unique<PosixFile>(path, *fd, options.direct);
   }
 
   absl::Status CreateDir(const std::string& path) override {
@@ -242,12 +252,16 @@ class PosixFileSystemImpl final : public FileSystem {
   }
 
   absl::StatusOr<FileStat> Stat(const std::string& path) override {
+    // lstat first: one call for everything but a symlink, which is then
+    // followed with stat.
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", path));
+    if (::lstat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", path));
     FileStat result;
+    result.is_symlink = S_ISLNK(st.st_mode);
+    if (result.is_symlink && ::stat(path.c_str(), &st) != 0) {
+      return ErrnoToStatus(errno, absl::StrCat("stat ", path));
+    }
     result.is_directory = S_ISDIR(st.st_mode);
-    struct stat lst;
-    result.is_symlink = ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode);
     result.size = static_cast<uint64_t>(st.st_size);
     result.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
     return result;
@@ -255,26 +269,12 @@ class PosixFileSystemImpl final : public FileSystem {
 
   absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path,
                                                      absl::string_view owner) override {
-    // O_NOFOLLOW: a symlink planted at `path` is refused, not followed.
-    // O_NONBLOCK: a FIFO planted there cannot hang the open.
-    int fd;
-    do fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0640);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0 && errno == ELOOP) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("lock file ", path, " is a symbolic link: refusing to follow it"));
-    }
-    if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open lock file ", path));
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      const int error = errno;
-      ::close(fd);
-      return ErrnoToStatus(error, absl::StrCat("fstat lock file ", path));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return absl::FailedPreconditionError(absl::StrCat("lock file ", path, " is not a regular file"));
-    }
+    // A symlink planted at `path` is refused, not followed; a FIFO cannot
+    // hang the open.
+    absl::StatusOr<int> opened = OpenDescriptor(path, O_RDWR | O_CREAT | O_CLOEXEC,
+                                                /*regular_only=*/true, absl::StrCat("open lock file ", path));
+    if (!opened.ok()) return opened.status();
+    const int fd = *opened;
     int rc;
     do rc = ::flock(fd, LOCK_EX | LOCK_NB);
     while (rc != 0 && errno == EINTR);
