@@ -21,7 +21,7 @@
 #include "restore_list.h"
 #include "restore_output.h"
 #include "restore_verify.h"
-#include "safetensors_export.h"
+#include "ckpt/safetensors.h"
 
 namespace ckpt::tools {
 namespace {
@@ -241,9 +241,13 @@ int Export(const RestoreRequest& request, Reader& reader, Output& output) {
   absl::StatusOr<ExportResult> exported =
       ExportSafetensors(reader, request.export_filter, request.export_path, progress);
   if (!exported.ok()) {
-    const int code = exported.status().code() == absl::StatusCode::kDataLoss ? kExitDataLoss
-                     : exported.status().code() == absl::StatusCode::kInternal ? kExitError
-                                                                               : kExitUsage;
+    // What the user asked for wrong is a usage error; what the disk did is
+    // an error (a full disk included); damage is data loss.
+    const absl::StatusCode c = exported.status().code();
+    const int code = c == absl::StatusCode::kDataLoss ? kExitDataLoss
+                     : c == absl::StatusCode::kInvalidArgument || c == absl::StatusCode::kAlreadyExists
+                         ? kExitUsage
+                         : kExitError;
     return output.Fail(code, absl::StrFormat("step %d: %s", reader.step(),
                                              StatusText(exported.status())));
   }

@@ -1,17 +1,10 @@
 #include "retention.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <map>
-#include <random>
+#include <memory>
 #include <set>
-#include <xxhash.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -19,97 +12,21 @@
 #include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/compact.h"
+#include "ckpt/maintenance.h"
 #include "ckpt/root_lock.h"
 #include "retention_plan.h"
 
 namespace ckpt::tools {
 namespace {
 
-namespace fs = std::filesystem;
-
-absl::Status Errno(const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
-}
-
-absl::Status Fsync(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + path);
-  int rc = ::fsync(fd);
-  ::close(fd);
-  return rc == 0 ? absl::OkStatus() : Errno("fsync " + path);
-}
-
-absl::StatusOr<uint64_t> FileHash(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + path);
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  std::vector<char> buf(1 << 20);
-  absl::Status status;
-  while (true) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) { status = Errno("read " + path); break; }
-    if (n == 0) break;
-    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(n));
-  }
-  ::close(fd);
-  const uint64_t h = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  if (!status.ok()) return status;
-  return h;
-}
-
-std::string Nonce() {
-  std::random_device rd;
-  return absl::StrFormat("%016x", (uint64_t{rd()} << 32) | rd());
-}
-
-// Renames `dir` out of sight, makes that durable, then deletes it.
-absl::Status RemoveCheckpointDir(const std::string& root, const std::string& name) {
-  const std::string trash = absl::StrCat(root, "/.trash-", name, "-", Nonce());
-  if (::rename((root + "/" + name).c_str(), trash.c_str()) != 0) return Errno("rename " + name);
-  if (absl::Status s = Fsync(root, true); !s.ok()) return s;
-  std::error_code ec;
-  fs::remove_all(trash, ec);
-  if (ec) return absl::InternalError(absl::StrCat("remove ", trash, ": ", ec.message()));
-  return absl::OkStatus();
-}
-
-// Copies checkpoint `name` to `cold`, durably and verified, under its own name.
-absl::Status CopyToCold(const std::string& root, const std::string& name, const std::string& cold) {
-  const std::string src = root + "/" + name;
-  const std::string final_dir = cold + "/" + name;
-  std::error_code ec;
-  if (fs::exists(final_dir, ec)) return absl::AlreadyExistsError(final_dir + " already exists");
-  const std::string temp = absl::StrCat(cold, "/.tmp-", name, "-", Nonce());
-  fs::create_directory(temp, ec);
-  if (ec) return absl::InternalError(absl::StrCat("mkdir ", temp, ": ", ec.message()));
-  absl::Status status;
-  for (const auto& entry : fs::directory_iterator(src)) {
-    const std::string to = temp + "/" + entry.path().filename().string();
-    fs::copy_file(entry.path(), to, ec);
-    if (ec) { status = absl::InternalError(absl::StrCat("copy to ", to, ": ", ec.message())); break; }
-    if (status = Fsync(to, false); !status.ok()) break;
-    auto a = FileHash(entry.path().string());
-    auto b = FileHash(to);
-    if (!a.ok() || !b.ok() || *a != *b) {
-      status = absl::DataLossError(absl::StrCat("copy of ", entry.path().string(), " does not verify"));
-      break;
-    }
-  }
-  if (status.ok()) status = Fsync(temp, true);
-  if (status.ok() && ::rename(temp.c_str(), final_dir.c_str()) != 0) status = Errno("rename to " + final_dir);
-  if (status.ok()) status = Fsync(cold, true);
-  if (!status.ok()) fs::remove_all(temp, ec);
-  return status;
-}
+namespace stdfs = std::filesystem;
 
 // Whether `cold` already holds checkpoint `hot` complete -- a copy (the same
 // manifest) or its compaction -- as an interrupted earlier run leaves it: a
 // directory appears there under its final name only once complete.
-absl::StatusOr<bool> AlreadyInCold(const std::string& cold, const CheckpointSummary& hot) {
-  auto there = SummarizeCheckpoint(cold, hot.step);
+absl::StatusOr<bool> AlreadyInCold(const std::shared_ptr<FileSystem>& fs, const std::string& cold,
+                                   const CheckpointSummary& hot) {
+  auto there = SummarizeCheckpoint(cold, hot.step, fs);
   if (!there.ok()) {
     if (absl::IsNotFound(there.status())) return false;
     return there.status();
@@ -128,46 +45,62 @@ absl::StatusOr<bool> AlreadyInCold(const std::string& cold, const CheckpointSumm
 
 // Moves checkpoint `hot` to `cold` (as it is, or with `compact` as a full
 // checkpoint), then removes it from `root`.
-absl::Status MoveToCold(const std::string& root, const CheckpointSummary& hot, const std::string& cold,
-                        bool compact) {
-  const std::string name = StepDirName(hot.step);
-  auto there = AlreadyInCold(cold, hot);
+absl::Status MoveToCold(const std::shared_ptr<FileSystem>& fs, const std::string& root,
+                        const CheckpointSummary& hot, const std::string& cold, bool compact) {
+  auto there = AlreadyInCold(fs, cold, hot);
   if (!there.ok()) return there.status();
   if (!*there) {
     if (compact) {
       CompactOptions options;
       options.target_root = cold;
+      options.fs = fs;
       auto stats = CompactToFull(root, hot.step, options);
       if (!stats.ok()) return stats.status();
-    } else if (absl::Status s = CopyToCold(root, name, cold); !s.ok()) {
-      return s;
+    } else if (auto copied = CopyCheckpoint(root, hot.step, cold, fs); !copied.ok()) {
+      return copied.status();
     }
   }
-  return RemoveCheckpointDir(root, name);
+  return RemoveCheckpoint(root, hot.step, fs);
 }
 
-// The stale `.tmp-`, `.trash-` and probe entries of `root`.
-std::vector<RetentionAction> StaleEntries(const std::string& root, absl::Duration max_age, absl::Time now) {
+// Whether a root entry is debris that `StaleEntries` may remove once old.
+bool IsDebris(RootEntryKind kind) {
+  switch (kind) {
+    case RootEntryKind::kSaveTemp:
+    case RootEntryKind::kCompactTemp:
+    case RootEntryKind::kCopyTemp:
+    case RootEntryKind::kOtherTemp:
+    case RootEntryKind::kTrash:
+    case RootEntryKind::kDirectProbe:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The stale temp, trash and probe entries of `root`.
+std::vector<RetentionAction> StaleEntries(FileSystem& fs, const std::string& root, absl::Duration max_age,
+                                          absl::Time now) {
   std::vector<RetentionAction> actions;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!absl::StartsWith(name, ".tmp-") && !absl::StartsWith(name, ".trash-") &&
-        !absl::StartsWith(name, ".ckpt-direct-probe-")) {
-      continue;
-    }
+  auto names = fs.ListDir(root);
+  if (!names.ok()) return actions;
+  std::sort(names->begin(), names->end());
+  for (const std::string& name : *names) {
+    if (!IsDebris(ClassifyRootEntry(name))) continue;
     // A save in progress keeps writing inside its temp dir: its age is that
     // of the most recently modified thing in it.
-    struct stat st;
-    if (::lstat(entry.path().c_str(), &st) != 0) continue;
-    int64_t newest = st.st_mtim.tv_sec;
-    if (entry.is_directory(ec)) {
-      for (const auto& inner : fs::directory_iterator(entry.path(), ec)) {
-        struct stat ist;
-        if (::lstat(inner.path().c_str(), &ist) == 0) newest = std::max<int64_t>(newest, ist.st_mtim.tv_sec);
+    const std::string path = absl::StrCat(root, "/", name);
+    auto stat = fs.Stat(path);
+    if (!stat.ok()) continue;
+    int64_t newest_ns = stat->mtime_ns;
+    if (stat->is_directory && !stat->is_symlink) {
+      auto inner = fs.ListDir(path);
+      for (const std::string& file : inner.ok() ? *inner : std::vector<std::string>{}) {
+        auto inner_stat = fs.Stat(absl::StrCat(path, "/", file));
+        if (inner_stat.ok()) newest_ns = std::max(newest_ns, inner_stat->mtime_ns);
       }
     }
-    const absl::Duration age = now - absl::FromUnixSeconds(newest);
+    const absl::Duration age = now - absl::FromUnixNanos(newest_ns);
     if (age >= max_age) {
       actions.push_back({RetentionAction::Kind::kRemoveStale, name, -1,
                          absl::StrCat("untouched for ", absl::FormatDuration(absl::Trunc(age, absl::Seconds(1)))),
@@ -180,14 +113,17 @@ std::vector<RetentionAction> StaleEntries(const std::string& root, absl::Duratio
 // Carries out `plan`: compactions first (a failed one keeps the bases it
 // would have freed), then what leaves ROOT, oldest first (a base that fails
 // to leave stays hot, which its dependants' way out takes into account).
-void Execute(const std::string& root, const RetentionPolicy& policy, RetentionPlan& plan,
+void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
+             const RetentionPolicy& policy, RetentionPlan& plan,
              std::map<int64_t, RetentionAction>& actions) {
   using Kind = RetentionAction::Kind;
   auto& steps = plan.steps();
   for (auto& [step, planned] : steps) {
     if (planned.kind != Kind::kCompact) continue;
     RetentionAction& a = actions[step];
-    auto stats = CompactToFull(root, step);
+    CompactOptions options;
+    options.fs = fs;
+    auto stats = CompactToFull(root, step, options);
     a.done = stats.ok();
     if (stats.ok()) continue;
     a.error = std::string(stats.status().message());
@@ -216,10 +152,10 @@ void Execute(const std::string& root, const RetentionPolicy& policy, RetentionPl
     absl::Status s;
     switch (planned.kind) {
       case Kind::kKeep: a.done = true; continue;
-      case Kind::kDelete: s = RemoveCheckpointDir(root, a.name); break;
+      case Kind::kDelete: s = RemoveCheckpoint(root, step, fs); break;
       case Kind::kMove:
       case Kind::kCompactMove:
-        s = MoveToCold(root, *summary, policy.cold_dir, planned.kind == Kind::kCompactMove);
+        s = MoveToCold(fs, root, *summary, policy.cold_dir, planned.kind == Kind::kCompactMove);
         break;
       default: continue;
     }
@@ -248,15 +184,22 @@ const char* ActionName(RetentionAction::Kind kind) {
 
 absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& root,
                                                           const RetentionPolicy& policy) {
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) {
+  const std::shared_ptr<FileSystem> fs = policy.fs != nullptr ? policy.fs : PosixFileSystem();
+  auto is_directory = [&](const std::string& path) {
+    auto stat = fs->Stat(path);
+    return stat.ok() && stat->is_directory;
+  };
+  if (!is_directory(root)) {
     return absl::NotFoundError(absl::StrCat("checkpoint root ", root, " is not a directory"));
   }
   if (!policy.cold_dir.empty()) {
-    if (!fs::is_directory(policy.cold_dir, ec)) {
+    if (!is_directory(policy.cold_dir)) {
       return absl::NotFoundError(absl::StrCat("--cold-dir ", policy.cold_dir, " is not a directory"));
     }
-    const fs::path r = fs::canonical(root), c = fs::canonical(policy.cold_dir);
+    // Path resolution only (it writes nothing): whether the two nest.
+    std::error_code ec;
+    const stdfs::path r = stdfs::canonical(root, ec), c = stdfs::canonical(policy.cold_dir, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat("resolving ", root, " and ", policy.cold_dir, ": ", ec.message()));
     auto [ri, ci] = std::mismatch(r.begin(), r.end(), c.begin(), c.end());
     if (r == c || ri == r.end() || ci == c.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -265,21 +208,21 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   }
   // One job at a time per root: everything below, compactions included,
   // happens under this lock.
-  auto lock = LockRoot(root, RootLockKind::kRetention, "ckpt-retain");
+  auto lock = LockRoot(root, RootLockKind::kRetention, "ckpt-retain", fs.get());
   if (!lock.ok()) return lock.status();  // kUnavailable: another job runs (exit code 4)
 
   if (!policy.dry_run) {
     // A compaction that fell back to two renames and was interrupted between
     // them: put its checkpoint back before anything is listed.
-    if (absl::Status s = FinishInterruptedCompactions(root); !s.ok()) return s;
+    if (absl::Status s = FinishInterruptedCompactions(root, fs); !s.ok()) return s;
   }
-  auto listed = ListCheckpoints(root);
+  auto listed = ListCheckpoints(root, fs);
   if (!listed.ok()) return listed.status();
-  bool looks_like_root = fs::exists(root + "/LATEST", ec) || !listed->empty();
+  const bool looks_like_root = fs->Stat(absl::StrCat(root, "/LATEST")).ok() || !listed->empty();
   if (!looks_like_root) {
     return absl::FailedPreconditionError(absl::StrCat(root, " holds no checkpoints and no LATEST: not a checkpoint root"));
   }
-  auto hint = ReadLatestHint(root);
+  auto hint = ReadLatestHint(root, fs);
   const absl::Time now = absl::Now();
   RetentionPlan plan(*listed, hint.ok() ? *hint : std::nullopt, policy, now);
   std::map<int64_t, RetentionAction> actions;
@@ -287,13 +230,13 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
     actions[step] = {planned.kind, StepDirName(step), step, planned.reason,
                      planned.kind == RetentionAction::Kind::kKeep, ""};
   }
-  std::vector<RetentionAction> stale = StaleEntries(root, policy.stale_temp_age, now);
+  std::vector<RetentionAction> stale = StaleEntries(*fs, root, policy.stale_temp_age, now);
   if (!policy.dry_run) {
-    Execute(root, policy, plan, actions);
+    Execute(fs, root, policy, plan, actions);
     for (RetentionAction& a : stale) {
-      fs::remove_all(root + "/" + a.name, ec);
-      a.done = !ec;
-      if (ec) a.error = ec.message();
+      absl::Status s = RemoveTree(*fs, absl::StrCat(root, "/", a.name));
+      a.done = s.ok() || absl::IsNotFound(s);
+      if (!a.done) a.error = std::string(s.message());
     }
   }
   std::vector<RetentionAction> result;

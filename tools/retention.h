@@ -5,11 +5,13 @@
 #define CKPT_TOOLS_RETENTION_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "ckpt/file_system.h"
 
 namespace ckpt::tools {
 
@@ -26,6 +28,9 @@ struct RetentionPolicy {
   // base stays hot stays hot too.
   bool compact = true;
   bool dry_run = false;
+  // Every file-system call of the run goes through `fs` (null:
+  // `ckpt::PosixFileSystem()`); tests inject faults through it.
+  std::shared_ptr<FileSystem> fs;
 };
 
 struct RetentionAction {
@@ -59,11 +64,12 @@ const char* ActionName(RetentionAction::Kind kind);
 // reported. Order: interrupted compactions are finished first, then kept
 // deltas are compacted (oldest first; if one fails, its bases are kept),
 // then the rest is moved or deleted oldest first, then stale entries go.
-// Removal renames the directory to a `.trash-` name and fsyncs ROOT before
-// deleting, so a half-removed checkpoint is never seen as complete. Moving
-// copies to `cold_dir` under a temp name, fsyncs, compares every file's XXH3
-// with the source, renames into place and fsyncs before the hot copy is
-// removed; a cold copy left complete by an interrupted run is recognised.
+// Removal is `ckpt::RemoveCheckpoint` (renamed to a `.trash-` name, ROOT
+// fsynced, then deleted), so a half-removed checkpoint is never seen as
+// complete; moving is `ckpt::CopyCheckpoint` (or a compaction into
+// `cold_dir`), complete and verified before the hot copy is removed; a cold
+// copy left complete by an interrupted run is recognised. Errors keep their
+// file-system meaning: a full cold tier is kResourceExhausted.
 absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& root,
                                                           const RetentionPolicy& policy);
 

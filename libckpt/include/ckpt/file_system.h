@@ -134,7 +134,9 @@ enum class IoQueueKind : uint8_t {
 
 struct FileStat {
   bool is_directory = false;  // of what `path` names, symlinks followed
-  bool is_symlink = false;    // `path` itself is a symbolic link (lstat)
+  // `path` itself is a symbolic link (lstat). A dangling one (or a loop) is
+  // reported as such, with the link's own size and time.
+  bool is_symlink = false;
   uint64_t size = 0;
   int64_t mtime_ns = 0;
 };

@@ -253,13 +253,18 @@ class PosixFileSystemImpl final : public FileSystem {
 
   absl::StatusOr<FileStat> Stat(const std::string& path) override {
     // lstat first: one call for everything but a symlink, which is then
-    // followed with stat.
+    // followed with stat. A dangling link exists (as a link to nothing).
     struct stat st;
     if (::lstat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", path));
     FileStat result;
     result.is_symlink = S_ISLNK(st.st_mode);
-    if (result.is_symlink && ::stat(path.c_str(), &st) != 0) {
-      return ErrnoToStatus(errno, absl::StrCat("stat ", path));
+    if (result.is_symlink) {
+      struct stat target;
+      if (::stat(path.c_str(), &target) == 0) {
+        st = target;
+      } else if (errno != ENOENT && errno != ELOOP) {
+        return ErrnoToStatus(errno, absl::StrCat("stat ", path));
+      }
     }
     result.is_directory = S_ISDIR(st.st_mode);
     result.size = static_cast<uint64_t>(st.st_size);

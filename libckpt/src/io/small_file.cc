@@ -1,6 +1,7 @@
 #include "io/small_file.h"
 
 #include "absl/strings/str_cat.h"
+#include "ckpt/maintenance.h"
 #include "format/names.h"
 #include "io/io_executor.h"
 #include "util/status_macros.h"
@@ -44,18 +45,6 @@ absl::Status WriteFileDurably(FileSystem& fs, IoQueue& queue, const std::string&
   return file->Close();
 }
 
-void RemoveTreeBestEffort(FileSystem& fs, const std::string& path) {
-  auto stat = fs.Stat(path);
-  if (!stat.ok()) return;
-  if (!stat->is_directory) {
-    (void)fs.RemoveFile(path);
-    return;
-  }
-  auto names = fs.ListDir(path);
-  if (names.ok()) {
-    for (const std::string& name : *names) RemoveTreeBestEffort(fs, JoinPath(path, name));
-  }
-  (void)fs.RemoveDir(path);
-}
+void RemoveTreeBestEffort(FileSystem& fs, const std::string& path) { (void)RemoveTree(fs, path); }
 
 }  // namespace ckpt::internal

@@ -21,7 +21,8 @@ absl::StatusOr<std::string> ReadSmallFile(FileSystem& fs, IoQueue& queue, const 
 absl::Status WriteFileDurably(FileSystem& fs, IoQueue& queue, const std::string& path,
                               absl::string_view contents);
 
-// Removes `path` and everything below it, ignoring errors.
+// `RemoveTree` (ckpt/maintenance.h), ignoring errors: the caller checks
+// what is left where it matters.
 void RemoveTreeBestEffort(FileSystem& fs, const std::string& path);
 
 }  // namespace ckpt::internal
