@@ -34,8 +34,20 @@ void IoExecutor::RecordError(absl::Status status) {
   if (status_.ok()) status_ = std::move(status);
 }
 
+void IoExecutor::PieceDone(uint64_t transfer) {
+  auto it = transfers_.find(transfer);
+  if (it == transfers_.end()) return;
+  if (--it->second.pieces_left == 0) {
+    // Finished, failed or abandoned: the caller's buffer is no longer in use.
+    finished_.push_back(it->second.tag);
+    transfers_.erase(it);
+  }
+}
+
 absl::Status IoExecutor::SubmitPiece(const Piece& piece) {
   while (free_slots_.empty()) CKPT_RETURN_IF_ERROR(ReapAndHandle(1));
+  // A transfer that failed while we waited for room: start nothing more.
+  if (!status_.ok()) return status_;
   uint32_t slot = free_slots_.back();
   Piece& stored = slots_[slot];
   stored = piece;
@@ -50,6 +62,16 @@ absl::Status IoExecutor::SubmitPiece(const Piece& piece) {
   return absl::OkStatus();
 }
 
+void IoExecutor::SubmitRetries() {
+  while (!resubmit_.empty()) {
+    Piece retry = resubmit_.back();
+    resubmit_.pop_back();
+    // After an error retries are abandoned; their transfer still finishes
+    // (so its tag is reported and its buffer given back).
+    if (!status_.ok() || !SubmitPiece(retry).ok()) PieceDone(retry.transfer);
+  }
+}
+
 absl::Status IoExecutor::Start(IoOp::Kind kind, File* file, uint64_t offset, void* buf,
                                size_t length, uint64_t tag, int buf_index, size_t required) {
   if (required > length) required = length;
@@ -62,7 +84,8 @@ absl::Status IoExecutor::Start(IoOp::Kind kind, File* file, uint64_t offset, voi
   }
   transfers_[id] = Transfer{tag, pieces};
   auto* bytes = static_cast<char*>(buf);
-  for (size_t done = 0; done < length;) {
+  size_t started = 0;
+  for (size_t done = 0; done < length; ++started) {
     size_t n = std::min(max_piece_, length - done);
     Piece piece;
     piece.op = IoOp{kind, file, offset + done, bytes + done, static_cast<uint32_t>(n), buf_index, 0};
@@ -70,21 +93,22 @@ absl::Status IoExecutor::Start(IoOp::Kind kind, File* file, uint64_t offset, voi
     piece.required = static_cast<uint32_t>(required > done ? std::min(n, required - done) : 0);
     absl::Status s = SubmitPiece(piece);
     if (!s.ok()) {
-      // Pieces never started still count as outstanding; drop the transfer's
-      // bookkeeping of them so `Drain` does not wait for them.
-      transfers_[id].pieces_left -= (length - done + max_piece_ - 1) / max_piece_;
-      if (transfers_[id].pieces_left == 0) transfers_.erase(id);
-      return s;
+      if (started == 0) {
+        // Nothing of it started: the caller keeps its buffer, and the tag is
+        // never reported.
+        transfers_.erase(id);
+        return s;
+      }
+      // Part of it is in flight: the pieces never started count as done, the
+      // tag is reported once the started ones complete, and the error comes
+      // from `Poll`/`Drain`.
+      for (size_t i = started; i < pieces; ++i) PieceDone(id);
+      return absl::OkStatus();
     }
     done += n;
-    // Flush retries queued while reaping.
-    while (!resubmit_.empty() && status_.ok()) {
-      Piece retry = resubmit_.back();
-      resubmit_.pop_back();
-      CKPT_RETURN_IF_ERROR(SubmitPiece(retry));
-    }
+    SubmitRetries();  // retries queued while reaping
   }
-  return status_;
+  return absl::OkStatus();
 }
 
 void IoExecutor::HandleCompletion(const IoCompletion& completion) {
@@ -123,13 +147,7 @@ void IoExecutor::HandleCompletion(const IoCompletion& completion) {
     piece.retries = 0;
     resubmit_.push_back(piece);
   }
-  if (piece_done) {
-    auto it = transfers_.find(piece.transfer);
-    if (it != transfers_.end() && --it->second.pieces_left == 0) {
-      finished_.push_back(it->second.tag);
-      transfers_.erase(it);
-    }
-  }
+  if (piece_done) PieceDone(piece.transfer);
 }
 
 absl::Status IoExecutor::ReapAndHandle(size_t min) {
@@ -142,21 +160,7 @@ absl::Status IoExecutor::ReapAndHandle(size_t min) {
 
 absl::Status IoExecutor::Poll(bool block, std::vector<uint64_t>* finished) {
   while (true) {
-    while (!resubmit_.empty()) {
-      Piece retry = resubmit_.back();
-      resubmit_.pop_back();
-      if (!status_.ok()) {
-        // Abandon retries after an error, but keep the transfer accounting.
-        auto it = transfers_.find(retry.transfer);
-        if (it != transfers_.end() && --it->second.pieces_left == 0) transfers_.erase(it);
-        continue;
-      }
-      absl::Status s = SubmitPiece(retry);
-      if (!s.ok()) {
-        auto it = transfers_.find(retry.transfer);
-        if (it != transfers_.end() && --it->second.pieces_left == 0) transfers_.erase(it);
-      }
-    }
+    SubmitRetries();
     bool need_wait = block && finished_.empty() && in_queue_ > 0;
     if (!need_wait) {
       // Pick up whatever already completed without blocking.

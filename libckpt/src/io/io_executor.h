@@ -32,8 +32,12 @@ class IoExecutor {
   IoExecutor& operator=(const IoExecutor&) = delete;
 
   // Starts moving `length` bytes between `buf` and `file` at `offset`. Waits
-  // for queue room when needed. `tag` is reported by `Poll`/`Drain` once all
-  // of it has completed. `buf_index` names a registered buffer holding `buf`.
+  // for queue room when needed. An error means none of it started: the
+  // buffer stays the caller's and `tag` is never reported. OK means it
+  // started: `tag` is reported by `Poll`/`Drain` exactly once, when no part
+  // of it is in flight any more -- whether it succeeded or not (a failure
+  // after the start is their error) -- and only then is the buffer the
+  // caller's again. `buf_index` names a registered buffer holding `buf`.
   // For reads, `required` (<= `length`) is how many bytes must arrive: a
   // read that ends early at end of file after `required` bytes is complete
   // (O_DIRECT reads of a final, partial block). Default: all of `length`.
@@ -66,6 +70,11 @@ class IoExecutor {
   // Waits for at least `min` completions and handles them.
   absl::Status ReapAndHandle(size_t min);
   void HandleCompletion(const IoCompletion& completion);
+  // One piece of `transfer` is no longer in flight (done, failed or never
+  // to be started); the last one reports the transfer's tag.
+  void PieceDone(uint64_t transfer);
+  // Submits the pieces waiting for a retry; after an error, abandons them.
+  void SubmitRetries();
   absl::Status SubmitPiece(const Piece& piece);
   void RecordError(absl::Status status);
 

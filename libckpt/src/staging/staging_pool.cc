@@ -1,5 +1,7 @@
 #include "staging/staging_pool.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "util/log.h"
 
@@ -21,6 +23,7 @@ absl::Status StagingPool::Resize(size_t chunks, IoQueue* queue) {
     base_ = nullptr;
     count_ = 0;
     free_.clear();
+    is_free_.clear();
   }
   auto memory = AlignedBytes::Allocate(chunks * chunk_bytes_, /*prefault=*/true);
   if (!memory.ok()) return memory.status();
@@ -40,6 +43,7 @@ absl::Status StagingPool::Resize(size_t chunks, IoQueue* queue) {
   count_ = chunks;
   free_.reserve(chunks);
   for (size_t i = chunks; i > 0; --i) free_.push_back(i - 1);
+  is_free_.assign(chunks, true);
   Log(LogLevel::kDebug, absl::StrCat("staging pool: ", chunks, " x ", chunk_bytes_ >> 10,
                                      " KiB, ", PinKindName(pin_),
                                      registered_ ? ", registered with io_uring" : ""));
@@ -53,6 +57,7 @@ std::optional<size_t> StagingPool::Acquire(const std::atomic<bool>* stop) {
   if (cancelled_ || stopped()) return std::nullopt;
   size_t c = free_.back();
   free_.pop_back();
+  is_free_[c] = false;
   return c;
 }
 
@@ -61,11 +66,20 @@ std::optional<size_t> StagingPool::TryAcquire() {
   if (cancelled_ || free_.empty()) return std::nullopt;
   size_t c = free_.back();
   free_.pop_back();
+  is_free_[c] = false;
   return c;
 }
 
 void StagingPool::Release(size_t chunk) {
   MutexLock lock(&mu_);
+  if (chunk >= count_ || is_free_[chunk]) {
+    // Two owners of one chunk would stage two pieces of data into it: a
+    // checkpoint whose checksums match wrong bytes. Never carry on.
+    Log(LogLevel::kError, absl::StrCat("staging chunk ", chunk, " released twice (or unknown; ",
+                                       count_, " chunks): aborting"));
+    std::abort();
+  }
+  is_free_[chunk] = true;
   free_.push_back(chunk);
 }
 

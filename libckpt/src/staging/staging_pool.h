@@ -61,6 +61,7 @@ class StagingPool {
   mutable Mutex mu_;
   size_t count_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<size_t> free_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> is_free_ ABSL_GUARDED_BY(mu_);  // by chunk: catches a double release
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
