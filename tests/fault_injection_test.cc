@@ -215,17 +215,6 @@ absl::Status CleanSave(const std::string& root, int64_t step, SweepConfig config
 // ---------------------------------------------------------------------------
 // The sweeps.
 
-// Where the sweeps' roots live: $TEST_TMPDIR when set, else a tmpfs when
-// there is one. Durability is modelled by `FaultInjectionFileSystem`, so
-// real fsyncs and device writes only cost time (hundreds of saves).
-std::string SweepBase() {
-  if (getenv("TEST_TMPDIR") != nullptr) return "";
-  std::error_code ec;
-  return std::filesystem::is_directory("/dev/shm", ec) && access("/dev/shm", W_OK) == 0
-             ? "/dev/shm"
-             : "";
-}
-
 class FaultSweepTest : public ::testing::TestWithParam<SweepConfig> {
  protected:
   // A root holding committed step 1, copied for every run.
@@ -363,7 +352,7 @@ class FaultSweepTest : public ::testing::TestWithParam<SweepConfig> {
     return CheckRolledBack(run);
   }
 
-  ScratchDir scratch_{"ckpt-fault-sweep", SweepBase()};
+  ScratchDir scratch_{"ckpt-fault-sweep", testing::SweepScratchBase()};
   std::string template_root_;
   int roots_ = 0;
 };

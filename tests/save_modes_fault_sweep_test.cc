@@ -301,7 +301,7 @@ class SaveModesFaultSweepTest : public ::testing::TestWithParam<ModeConfig> {
                                   << absl::StrJoin(problems, "\n");
   }
 
-  ScratchDir scratch_{"ckpt-modes-sweep"};
+  ScratchDir scratch_{"ckpt-modes-sweep", testing::SweepScratchBase()};
   int roots_ = 0;
   std::vector<std::string> clean_calls_;
   std::map<int64_t, RestoredStep> clean_;

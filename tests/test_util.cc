@@ -112,6 +112,13 @@ std::string DiffSteps(const std::string& root, const std::map<int64_t, RestoredS
   return "";
 }
 
+std::string SweepScratchBase() {
+  if (getenv("TEST_TMPDIR") != nullptr) return "";
+  std::error_code ec;
+  return std::filesystem::is_directory("/dev/shm", ec) && access("/dev/shm", W_OK) == 0 ? "/dev/shm"
+                                                                                          : "";
+}
+
 void RemoveTree(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);

@@ -67,6 +67,12 @@ absl::Status WaitStagedOrDie(SaveHandle& handle, absl::Duration deadline, const 
 // Runs `fn` (e.g. a `SaveAsync` that may block) under the same deadline.
 void RunOrDie(const std::function<void()>& fn, absl::Duration deadline, const std::string& what);
 
+// Where fault sweeps put their roots: "" ($TEST_TMPDIR or the default) when
+// TEST_TMPDIR is set, else /dev/shm when writable. Durability is modelled by
+// `FaultInjectionFileSystem`, so a real disk's fsyncs and inode churn only
+// cost time over hundreds of runs.
+std::string SweepScratchBase();
+
 // Removes `path` recursively (best effort).
 void RemoveTree(const std::string& path);
 

@@ -43,24 +43,21 @@ absl::StatusOr<bool> AlreadyInCold(const std::shared_ptr<FileSystem>& fs, const 
   return absl::AlreadyExistsError(dir + " already exists and holds another checkpoint");
 }
 
-// Moves checkpoint `hot` to `cold` (as it is, or with `compact` as a full
-// checkpoint), then removes it from `root`.
-absl::Status MoveToCold(const std::shared_ptr<FileSystem>& fs, const std::string& root,
-                        const CheckpointSummary& hot, const std::string& cold, bool compact) {
+// Places checkpoint `hot` in `cold` (as it is, or with `compact` as a full
+// checkpoint), unless an interrupted earlier run already did. ROOT is not
+// changed: the hot copy is removed afterwards.
+absl::Status PlaceInCold(const std::shared_ptr<FileSystem>& fs, const std::string& root,
+                         const CheckpointSummary& hot, const std::string& cold, bool compact) {
   auto there = AlreadyInCold(fs, cold, hot);
   if (!there.ok()) return there.status();
-  if (!*there) {
-    if (compact) {
-      CompactOptions options;
-      options.target_root = cold;
-      options.fs = fs;
-      auto stats = CompactToFull(root, hot.step, options);
-      if (!stats.ok()) return stats.status();
-    } else if (auto copied = CopyCheckpoint(root, hot.step, cold, fs); !copied.ok()) {
-      return copied.status();
-    }
+  if (*there) return absl::OkStatus();
+  if (compact) {
+    CompactOptions options;
+    options.target_root = cold;
+    options.fs = fs;
+    return CompactToFull(root, hot.step, options).status();
   }
-  return RemoveCheckpoint(root, hot.step, fs);
+  return CopyCheckpoint(root, hot.step, cold, fs).status();
 }
 
 // Whether a root entry is debris that `StaleEntries` may remove once old.
@@ -110,14 +107,28 @@ std::vector<RetentionAction> StaleEntries(FileSystem& fs, const std::string& roo
   return actions;
 }
 
-// Carries out `plan`: compactions first (a failed one keeps the bases it
-// would have freed), then what leaves ROOT, oldest first (a base that fails
-// to leave stays hot, which its dependants' way out takes into account).
+// Carries out `plan` in three passes, so that every listed checkpoint, in
+// ROOT and in the cold tier, restores at every moment (a crash anywhere
+// leaves nothing broken behind):
+// 1. compactions (a failed one keeps the bases it would have freed);
+// 2. what moves is placed in the cold tier, oldest first, so that a base is
+//    there before its dependants (a base that fails to leave stays hot,
+//    which its dependants' way out takes into account);
+// 3. what leaves ROOT (deleted, or moved and placed) is removed, newest
+//    first, so that dependants go before their bases; a step that a delta
+//    still in ROOT is based on stays (its dependant failed to leave).
 void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
              const RetentionPolicy& policy, RetentionPlan& plan,
              std::map<int64_t, RetentionAction>& actions) {
   using Kind = RetentionAction::Kind;
   auto& steps = plan.steps();
+  std::map<int64_t, int64_t> base_of;  // of every delta in ROOT, as it is now
+  for (const auto& [step, planned] : steps) {
+    const CheckpointSummary* summary = plan.Find(step);
+    if (summary != nullptr && summary->manifest_status.ok() && summary->kind == "delta") {
+      base_of[step] = summary->base_step;
+    }
+  }
   for (auto& [step, planned] : steps) {
     if (planned.kind != Kind::kCompact) continue;
     RetentionAction& a = actions[step];
@@ -125,7 +136,10 @@ void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
     options.fs = fs;
     auto stats = CompactToFull(root, step, options);
     a.done = stats.ok();
-    if (stats.ok()) continue;
+    if (stats.ok()) {
+      base_of.erase(step);  // a full checkpoint now
+      continue;
+    }
     a.error = std::string(stats.status().message());
     for (int64_t base : planned.frees) {
       const std::string why = absl::StrCat("base of kept delta ", step, ", whose compaction failed");
@@ -141,6 +155,7 @@ void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
            (it->second.kind == Kind::kKeep || it->second.kind == Kind::kCompact ||
             it->second.kind == Kind::kSkipDamaged);
   };
+  std::vector<int64_t> leaving;  // placed in the cold tier, or to be deleted
   for (auto& [step, planned] : steps) {
     if (planned.kind == Kind::kMove || planned.kind == Kind::kCompactMove) {
       planned = plan.Leave(step, stays_hot);  // a base may have failed to leave
@@ -148,21 +163,40 @@ void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
     RetentionAction& a = actions[step];
     a.kind = planned.kind;
     a.reason = planned.reason;
-    const CheckpointSummary* summary = plan.Find(step);
-    absl::Status s;
     switch (planned.kind) {
       case Kind::kKeep: a.done = true; continue;
-      case Kind::kDelete: s = RemoveCheckpoint(root, step, fs); break;
+      case Kind::kDelete: leaving.push_back(step); continue;
       case Kind::kMove:
-      case Kind::kCompactMove:
-        s = MoveToCold(fs, root, *summary, policy.cold_dir, planned.kind == Kind::kCompactMove);
-        break;
+      case Kind::kCompactMove: break;
       default: continue;
     }
-    a.done = s.ok();
-    if (!s.ok()) {
-      a.error = std::string(s.message());
+    absl::Status placed = PlaceInCold(fs, root, *plan.Find(step), policy.cold_dir,
+                                      planned.kind == Kind::kCompactMove);
+    if (placed.ok()) {
+      leaving.push_back(step);
+    } else {
+      a.error = std::string(placed.message());
       stayed.insert(step);
+    }
+  }
+  std::reverse(leaving.begin(), leaving.end());
+  std::set<int64_t> removed;
+  for (int64_t step : leaving) {
+    RetentionAction& a = actions[step];
+    for (const auto& [dependant, base] : base_of) {
+      if (base == step && removed.count(dependant) == 0) {
+        a.error = absl::StrCat("not removed from ROOT: delta step ", dependant,
+                               " there is based on it (it failed to leave)");
+        break;
+      }
+    }
+    if (!a.error.empty()) continue;
+    absl::Status s = RemoveCheckpoint(root, step, fs);
+    a.done = s.ok();
+    if (s.ok()) {
+      removed.insert(step);
+    } else {
+      a.error = std::string(s.message());
     }
   }
 }
@@ -185,17 +219,19 @@ const char* ActionName(RetentionAction::Kind kind) {
 absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& root,
                                                           const RetentionPolicy& policy) {
   const std::shared_ptr<FileSystem> fs = policy.fs != nullptr ? policy.fs : PosixFileSystem();
-  auto is_directory = [&](const std::string& path) {
+  // OK if `path` is a directory; kNotFound naming `what` if it is not (or is
+  // missing); the file system's error otherwise.
+  auto require_directory = [&](const std::string& path, absl::string_view what) -> absl::Status {
     auto stat = fs->Stat(path);
-    return stat.ok() && stat->is_directory;
-  };
-  if (!is_directory(root)) {
-    return absl::NotFoundError(absl::StrCat("checkpoint root ", root, " is not a directory"));
-  }
-  if (!policy.cold_dir.empty()) {
-    if (!is_directory(policy.cold_dir)) {
-      return absl::NotFoundError(absl::StrCat("--cold-dir ", policy.cold_dir, " is not a directory"));
+    if (!stat.ok() && !absl::IsNotFound(stat.status())) return stat.status();
+    if (!stat.ok() || !stat->is_directory) {
+      return absl::NotFoundError(absl::StrCat(what, " ", path, " is not a directory"));
     }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = require_directory(root, "checkpoint root"); !s.ok()) return s;
+  if (!policy.cold_dir.empty()) {
+    if (absl::Status s = require_directory(policy.cold_dir, "--cold-dir"); !s.ok()) return s;
     // Path resolution only (it writes nothing): whether the two nest.
     std::error_code ec;
     const stdfs::path r = stdfs::canonical(root, ec), c = stdfs::canonical(policy.cold_dir, ec);
@@ -218,11 +254,29 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   }
   auto listed = ListCheckpoints(root, fs);
   if (!listed.ok()) return listed.status();
-  const bool looks_like_root = fs->Stat(absl::StrCat(root, "/LATEST")).ok() || !listed->empty();
+  // A manifest that could not be read (an I/O error, not damage) might be a
+  // delta of any older step: planning around it could delete its bases.
+  for (const CheckpointSummary& c : *listed) {
+    const absl::StatusCode code = c.manifest_status.code();
+    if (!c.manifest_status.ok() && code != absl::StatusCode::kDataLoss &&
+        code != absl::StatusCode::kNotFound) {
+      return absl::Status(code, absl::StrCat("cannot read the manifest of step ", c.step,
+                                             ", so nothing is changed: ", c.manifest_status.message()));
+    }
+  }
+  auto latest_file = fs->Stat(absl::StrCat(root, "/LATEST"));
+  if (!latest_file.ok() && !absl::IsNotFound(latest_file.status())) return latest_file.status();
+  const bool looks_like_root = latest_file.ok() || !listed->empty();
   if (!looks_like_root) {
     return absl::FailedPreconditionError(absl::StrCat(root, " holds no checkpoints and no LATEST: not a checkpoint root"));
   }
   auto hint = ReadLatestHint(root, fs);
+  // The step LATEST names is protected: not knowing it, change nothing. (A
+  // LATEST that is too large or not a regular file protects nothing.)
+  if (!hint.ok() && !absl::IsDataLoss(hint.status()) && !absl::IsFailedPrecondition(hint.status())) {
+    return absl::Status(hint.status().code(), absl::StrCat("cannot read ", root, "/LATEST, so nothing is changed: ",
+                                                           hint.status().message()));
+  }
   const absl::Time now = absl::Now();
   RetentionPlan plan(*listed, hint.ok() ? *hint : std::nullopt, policy, now);
   std::map<int64_t, RetentionAction> actions;

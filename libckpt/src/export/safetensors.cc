@@ -168,10 +168,10 @@ absl::StatusOr<ExportResult> ExportSafetensors(
     return status;
   }
   if (absl::Status synced = fs->SyncDir(DirOf(path)); !synced.ok()) {
-    // The file is complete but its name may not survive a power loss: say so
-    // rather than remove a good export.
-    return absl::Status(synced.code(), absl::StrCat(path, " is written but its directory could not be "
-                                                          "made durable: ", synced.message()));
+    // Its name might not survive a power loss: take it back, so that an
+    // error always means nothing was left (the caller can simply retry).
+    (void)fs->RemoveFile(path);
+    return synced;
   }
   return ExportResult{selected.size(), file_bytes};
 }
