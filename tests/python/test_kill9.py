@@ -35,10 +35,12 @@ ZYGOTE = textwrap.dedent("""
     import test_kill9 as k
     signal.signal(signal.SIGCHLD, lambda *_: k.reap())
     for line in sys.stdin:
-        root, first, ack = line.split()
+        root, first, ack, point = line.split()
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            if point != "-":
+                os.environ["CKPT_KILL_POINT"] = point  # read at the first kill point
             k.writer(root, int(first), ack)
             os._exit(0)
         print(pid, flush=True)
@@ -113,12 +115,17 @@ def wait_gone(pid, deadline_s=30):
     raise AssertionError(f"writer {pid} not gone {deadline_s} s after SIGKILL")
 
 
-def test_kill9_at_random_moments_loses_nothing_acknowledged(tmp_path, ckpt_restore):
-    root = str(tmp_path / "root")
+def start_zygote():
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE, here], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
+    env.pop("CKPT_KILL_POINT", None)
+    return subprocess.Popen([sys.executable, "-c", ZYGOTE, here], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+
+
+def test_kill9_at_random_moments_loses_nothing_acknowledged(tmp_path, ckpt_restore):
+    root = str(tmp_path / "root")
+    zygote = start_zygote()
     rng = random.Random(9)
     kills_mid_save = committed_rounds = commits_unacked = temps_before = 0
     latest = None
@@ -126,7 +133,7 @@ def test_kill9_at_random_moments_loses_nothing_acknowledged(tmp_path, ckpt_resto
         for r in range(ROUNDS):
             ack_path = str(tmp_path / f"ack{r}")
             first = 0 if latest is None else latest + 1
-            zygote.stdin.write(f"{root} {first} {ack_path}\n")
+            zygote.stdin.write(f"{root} {first} {ack_path} -\n")
             zygote.stdin.flush()
             pid = int(zygote.stdout.readline())
             # Let it open (and, usually, save a few times), then kill it at a
@@ -176,6 +183,65 @@ def test_kill9_at_random_moments_loses_nothing_acknowledged(tmp_path, ckpt_resto
         pass
     assert not [n for n in os.listdir(root) if n.startswith(".tmp-")], os.listdir(root)
     # Every checkpoint left verifies, deltas included.
+    proc = subprocess.run([ckpt_restore, "--root", root, "--list", "--verify", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# The named kill points of the save and commit path (libckpt/src/util/kill_point.h),
+# in order; from commit.root_synced on, the step being saved is durable.
+KILL_POINTS = ["save.staged", "save.written", "save.synced", "commit.manifest",
+               "commit.dir_synced", "commit.renamed", "commit.root_synced", "commit.latest",
+               "commit.done"]
+DURABLE_FROM = KILL_POINTS.index("commit.root_synced")
+
+
+def test_kill9_at_every_named_point_of_save_and_commit(tmp_path, ckpt_restore):
+    """Each writer is killed by the library itself (CKPT_KILL_POINT) at one
+    named point of its 1st (full), 2nd or 3rd (exact delta) save. Before the
+    rename the step being saved must not appear; once ROOT is fsynced it must;
+    at the rename itself either. Every time: the newest checkpoint verifies,
+    nothing acknowledged is lost, the next writer opens at once."""
+    root = str(tmp_path / "root")
+    zygote = start_zygote()
+    latest = None
+    seen = {}
+    try:
+        for i, point in enumerate(KILL_POINTS):
+            for occurrence in (1, 2, 3):
+                ack_path = str(tmp_path / f"ack-{i}-{occurrence}")
+                first = 0 if latest is None else latest + 1
+                zygote.stdin.write(f"{root} {first} {ack_path} {point}:{occurrence}\n")
+                zygote.stdin.flush()
+                pid = int(zygote.stdout.readline())
+                wait_gone(pid, deadline_s=120)  # it kills itself, or the test fails here
+                lines = open(ack_path).read().split("\n")
+                assert lines[0] == "open", f"{point}:{occurrence}: could not open: {lines[0]}"
+                acked = [int(x) for x in lines[1:] if x.strip()]
+                assert len(acked) == occurrence - 1, \
+                    f"{point}:{occurrence}: {len(acked)} saves acknowledged before the kill"
+                killed_step = first + occurrence - 1
+                new_latest = latest_verified(ckpt_restore, root)
+                if acked:
+                    assert new_latest is not None and new_latest >= max(acked)
+                where = KILL_POINTS.index(point)
+                if where >= DURABLE_FROM:
+                    assert new_latest == killed_step, \
+                        f"{point}:{occurrence}: step {killed_step} was durable, newest verified is {new_latest}"
+                elif point != "commit.renamed":
+                    assert new_latest == (max(acked) if acked else latest), \
+                        f"{point}:{occurrence}: step {killed_step} appeared before its rename"
+                seen[(point, occurrence)] = new_latest == killed_step
+                latest = new_latest
+    finally:
+        zygote.stdin.close()
+        zygote.kill()
+        zygote.wait(timeout=30)
+    print(f"\nkill points: {len(seen)} kills at {len(KILL_POINTS)} points; the step being saved "
+          f"survived {sum(seen.values())} of them")
+    with ckpt.Checkpointer(root):
+        pass
+    assert not [n for n in os.listdir(root) if n.startswith(".tmp-")], os.listdir(root)
     proc = subprocess.run([ckpt_restore, "--root", root, "--list", "--verify", "--json"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "format/names.h"
 #include "io/small_file.h"
+#include "util/kill_point.h"
 #include "util/status_macros.h"
 
 namespace ckpt::internal {
@@ -35,9 +36,12 @@ absl::Status WriteLatest(FileSystem& fs, IoQueue& queue, const std::string& root
 absl::Status CommitCheckpoint(FileSystem& fs, IoQueue& queue, const std::string& root,
                               const std::string& temp_dir, const std::string& final_name) {
   CKPT_RETURN_IF_ERROR(fs.SyncDir(temp_dir));
+  KillPoint("commit.dir_synced");
   const std::string final_dir = JoinPath(root, final_name);
   CKPT_RETURN_IF_ERROR(fs.Rename(temp_dir, final_dir, RenameMode::kNoReplace));
+  KillPoint("commit.renamed");
   absl::Status s = fs.SyncDir(root);
+  if (s.ok()) KillPoint("commit.root_synced");
   // LATEST as it was, to put back if the rest fails (absent: nullopt).
   std::optional<std::string> previous_latest;
   bool latest_replaced = false;
@@ -52,6 +56,7 @@ absl::Status CommitCheckpoint(FileSystem& fs, IoQueue& queue, const std::string&
   if (s.ok()) {
     s = WriteLatest(fs, queue, root, absl::StrCat(final_name, "\n"));
     latest_replaced = s.ok();
+    if (s.ok()) KillPoint("commit.latest");
   }
   if (s.ok()) s = fs.SyncDir(root);
   if (s.ok()) return s;

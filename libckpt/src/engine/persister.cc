@@ -9,6 +9,7 @@
 #include "delta/delta_codec.h"
 #include "engine/record_hasher.h"
 #include "format/manifest.h"
+#include "util/kill_point.h"
 #include "format/names.h"
 #include "io/io_executor.h"
 #include "io/small_file.h"
@@ -201,6 +202,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
   std::vector<size_t> releasable;
   bool more = true;
   bool finished = false;
+  bool staged_point = false;
   while (more || io.transfers_in_flight() > 0) {
     // Aborted from elsewhere: cancelled by `Close`, or given up by the watchdog.
     if (status.ok() && abandon_) fail(absl::CancelledError("save cancelled: engine closing"));
@@ -240,6 +242,10 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
       }
       ctx_.pool->Release(c.chunk);  // dropped by a failed save
     }
+    if (!more && status.ok() && !staged_point) {
+      staged_point = true;
+      KillPoint("save.staged");
+    }
     if (!more && status.ok() && encoder != nullptr && !finished) {
       finished = true;
       job.stage = SaveStage::kEncoding;
@@ -260,6 +266,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
   }
   if (status.ok()) status = job.staging_status();
   if (status.ok()) status = hasher.Finish();
+  if (status.ok()) KillPoint("save.written");
   return status;
 }
 
@@ -306,6 +313,7 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     CKPT_RETURN_IF_ERROR(files[i]->Close());
     job.Touch();
   }
+  KillPoint("save.synced");
   manifest.step = job.step();
   // A delta whose every record fell back to whole bytes depends on nothing.
   bool any_delta = false;
@@ -324,11 +332,13 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
   CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(&manifest));
   CKPT_RETURN_IF_ERROR(
       WriteFileDurably(*ctx_.fs, *ctx_.queue, JoinPath(job.temp_dir, kManifestName), contents));
+  KillPoint("commit.manifest");
   job.Touch();
   // Past this point the save completes (or fails) on its own: the watchdog
   // no longer gives up on it.
   if (!job.BeginCommit()) return job.abort_reason();
   CKPT_RETURN_IF_ERROR(CommitCheckpoint(*ctx_.fs, *ctx_.queue, ctx_.root, job.temp_dir, job.final_name));
+  KillPoint("commit.done");
   if (reference_ != nullptr) {
     reference_->Retain(job.tensors);
     reference_->Committed(job.step(), manifest.manifest_xxh3, manifest.kind == "delta");
