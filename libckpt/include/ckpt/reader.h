@@ -31,7 +31,10 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   uint64_t raw_bytes = 0;     // bytes of the tensor itself
   uint64_t stored_bytes = 0;  // bytes of its record in the shard file
-  std::string encoding;       // "raw" (more in later format versions)
+  // How the record stores the tensor: "raw" (its bytes), "zstd" (its bytes,
+  // compressed), or for a delta "sparse", "xor" or "topk" against the same
+  // tensor of the base step (docs/format.md, the `encoding` table).
+  std::string encoding;
   std::string shard;          // shard file name, inside the checkpoint dir
   uint64_t offset = 0;        // 4 KiB-aligned offset of the record in `shard`
   uint64_t xxh3 = 0;          // XXH3-64 of the raw bytes (as restored)

@@ -33,8 +33,10 @@ struct TensorView {
   // that first waits for the work already queued on `stream` (never for the
   // whole device). The caller may overwrite the tensor once staging is done
   // (after `SaveAsync` returns in eager mode, after `WaitStaged` in lazy
-  // mode), as for host tensors. In lazy mode the copy is queued from the
-  // staging thread, so `cudaStreamPerThread` must not be used there.
+  // mode), as for host tensors. `SaveAsync` records the ordering event on
+  // `stream` on the calling thread, so `cudaStreamPerThread` means the
+  // caller's per-thread stream in both modes (a lazy save's copies are queued
+  // later, from the staging thread, after that event).
   enum class Device : uint8_t { kCpu, kCuda };
   Device device = Device::kCpu;
   int device_index = 0;
