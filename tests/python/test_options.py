@@ -47,6 +47,11 @@ def test_options_are_checked_before_they_are_serialized(root, tmp_path):
         ckpt.Checkpointer(root, chunk_bytes=object())
     with pytest.raises(ValueError, match='engine option "stall_timeout_s" is nan'):
         ckpt.Checkpointer(root, stall_timeout_s=float("nan"))
+    for name, bad in [("full_every", object()), ("full_every", True), ("topk_ratio", "0.1"),
+                      ("topk_ratio", float("inf")), ("staging_bytes", 1.5), ("lazy", "yes"),
+                      ("compression", object())]:
+        with pytest.raises(ValueError, match=name):
+            ckpt.Checkpointer(root, **{name: bad})
     assert not os.path.exists(root)  # refused before the engine opened (or created) it
     with ckpt.Checkpointer(root, metrics_jsonl_path=tmp_path / "m.jsonl") as cp:  # os.PathLike
         cp.save(1, {"x": torch.ones(1)})
@@ -54,12 +59,16 @@ def test_options_are_checked_before_they_are_serialized(root, tmp_path):
 
 
 def test_skip_when_busy_reports_skipped_saves(root):
-    state = {"x": torch.randn(8 << 20)}
-    with ckpt.Checkpointer(root, when_busy="skip", staging_bytes=40 << 20) as cp:
+    # 64 MB saves through 80 MB of staging, back to back: each save after the
+    # first arrives while the one before still holds its staging memory (a
+    # 64 MB copy takes milliseconds, writing and fsyncing it far longer).
+    state = {"x": torch.randn(16 << 20)}
+    with ckpt.Checkpointer(root, when_busy="skip", staging_bytes=80 << 20) as cp:
         responses = [cp.save_async(step, state) for step in range(1, 6)]
         results = [r.result() for r in responses]
     skipped = [r["step"] for r in results if r["skipped"]]
     committed = ckpt.list_steps(root)
+    assert skipped, "no save was skipped although each arrived while the previous one was busy"
     assert committed and set(committed).isdisjoint(skipped)
     assert sorted(committed + skipped) == [1, 2, 3, 4, 5]
 

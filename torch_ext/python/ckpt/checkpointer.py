@@ -3,6 +3,7 @@ import atexit
 import concurrent.futures
 import json
 import math
+import numbers
 import os
 import threading
 import time
@@ -48,6 +49,22 @@ def _check_options(options):
                              "expected None, a bool, an int, a finite float or a str")
         out[name] = value
     return out
+
+
+def _number(name, value, kind):
+    """`value` as `kind` (int or float), or ValueError naming the parameter:
+    bools, strings and other objects are refused rather than converted."""
+    ok = isinstance(value, numbers.Integral) if kind is int else isinstance(value, numbers.Real)
+    if isinstance(value, bool) or not ok or (kind is float and not math.isfinite(value)):
+        raise ValueError(f"ckpt: {name} must be {'an int' if kind is int else 'a finite number'}, "
+                         f"got {value!r} (a {type(value).__name__})")
+    return kind(value)
+
+
+def _flag(name, value):
+    if not isinstance(value, (bool, int)) or value not in (0, 1):
+        raise ValueError(f"ckpt: {name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 class _Future(concurrent.futures.Future):
@@ -139,10 +156,13 @@ class Checkpointer:
             delta = "none"
         if delta not in _DELTA_MODES:
             raise ValueError(f"ckpt: delta must be one of {_DELTA_MODES}, got {delta!r}")
-        opts = {"delta": delta, "topk_ratio": float(topk_ratio), "full_every": int(full_every),
-                "lazy": bool(lazy), "compression_level": int(compression or 0)}
+        opts = {"delta": delta,
+                "topk_ratio": _number("topk_ratio", topk_ratio, float),
+                "full_every": _number("full_every", full_every, int),
+                "lazy": _flag("lazy", lazy),
+                "compression_level": _number("compression", compression or 0, int)}
         if staging_bytes is not None:
-            opts["staging_bytes"] = int(staging_bytes)
+            opts["staging_bytes"] = _number("staging_bytes", staging_bytes, int)
         opts.update(_check_options(options))
         self.root = str(root)
         self.lazy = bool(lazy)
