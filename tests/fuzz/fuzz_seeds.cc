@@ -1,7 +1,9 @@
 // Writes the seed corpus of the fuzz targets into DIR/<target>/: manifests
 // as the engine writes them (full, delta, compacted; the checksum trailer
-// left off, as fuzz_manifest adds it) and delta payloads as the encoders
-// write them, for every encoding and a few dtypes.
+// left off, as fuzz_manifest adds it), delta payloads as the encoders
+// write them, for every encoding and a few dtypes, and tensor lists for
+// fuzz_safetensors in its encoding (valid ones, then one fault each).
+// fuzz_catalog's seeds are real roots: fuzz_catalog_seeds writes those.
 //   fuzz_seeds DIR
 #include <cstdio>
 #include <cstring>
@@ -22,6 +24,83 @@ using namespace ckpt::internal;
 
 void Write(const std::filesystem::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// fuzz_safetensors' input (see fuzz_safetensors.cc): i64 step, u16 extras
+// length + bytes, then per tensor u8 flags, name, u8 dtype, u8 rank, dims
+// and the raw_bytes adjustment the flags ask for.
+class SafetensorsInput {
+ public:
+  SafetensorsInput(int64_t step, const std::string& extras) {
+    I64(step);
+    out_.push_back(static_cast<char>(extras.size() & 0xff));
+    out_.push_back(static_cast<char>(extras.size() >> 8));
+    out_ += extras;
+  }
+  // flags: bits 0-1 name kind (0 bytes, 1 "__metadata__", 2 repeat of tensor
+  // `repeat`), bit 2 i64 dims, bits 3-4 raw_bytes (0 exact, 1 + `adjust`).
+  SafetensorsInput& Tensor(const std::string& name, int dtype, const std::vector<int64_t>& shape,
+                           uint8_t flags = 0, int8_t adjust = 0, uint8_t repeat = 0) {
+    out_.push_back(static_cast<char>(flags));
+    if ((flags & 3) == 2) {
+      out_.push_back(static_cast<char>(repeat));
+    } else if ((flags & 3) != 1) {
+      out_.push_back(static_cast<char>(name.size()));
+      out_ += name;
+    }
+    out_.push_back(static_cast<char>(dtype));
+    out_.push_back(static_cast<char>(shape.size()));
+    for (int64_t d : shape) {
+      if (flags & 4) {
+        I64(d);
+      } else {
+        out_.push_back(static_cast<char>(d));
+      }
+    }
+    if (((flags >> 3) & 3) == 1) out_.push_back(static_cast<char>(adjust));
+    return *this;
+  }
+  const std::string& bytes() const { return out_; }
+
+ private:
+  void I64(int64_t v) {
+    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>(static_cast<uint64_t>(v) >> (8 * i)));
+  }
+  std::string out_;
+};
+
+std::vector<std::string> SafetensorsSeeds() {
+  const int bf16 = static_cast<int>(DType::kBFloat16), f32 = static_cast<int>(DType::kFloat32);
+  auto model = [&](int64_t step, const std::string& extras) {
+    SafetensorsInput in(step, extras);
+    in.Tensor("model.embed.weight", bf16, {32, 64})
+        .Tensor("model.layers.0.attn.q.weight", f32, {16, 16})
+        .Tensor("model.layers.0.attn.scale", static_cast<int>(DType::kFloat64), {})
+        .Tensor("mask", static_cast<int>(DType::kBool), {7})
+        .Tensor("empty", static_cast<int>(DType::kInt64), {0, 3});
+    return in;
+  };
+  std::vector<std::string> seeds;
+  seeds.push_back(model(1200, R"({"epoch":3,"lr":0.001})").bytes());
+  SafetensorsInput every(0, "{}");
+  for (int d = 0; d < kNumDTypes; ++d) every.Tensor("t" + std::to_string(d), d, {3, 1});
+  seeds.push_back(every.bytes());
+  // Dimensions past a byte, and a name in Cyrillic with an emoji.
+  SafetensorsInput wide(-1, "");
+  wide.Tensor("big", static_cast<int>(DType::kInt8), {int64_t{1} << 31, 2}, 4)
+      .Tensor("\xd0\xbf\xd0\xbe\xd0\xbb\xd0\xb5.\xf0\x9f\x99\x82", f32, {2});
+  seeds.push_back(wide.bytes());
+  // One fault each: a repeated name, "__metadata__", a name that is not
+  // UTF-8, a dtype out of range, raw_bytes one off, a negative dimension,
+  // extras that are not UTF-8.
+  seeds.push_back(model(5, "{}").Tensor("", f32, {4}, 2, 0, 1).bytes());
+  seeds.push_back(model(5, "{}").Tensor("", f32, {4}, 1).bytes());
+  seeds.push_back(model(5, "{}").Tensor("bad\xff\xfe", f32, {4}).bytes());
+  seeds.push_back(model(5, "{}").Tensor("odd", 13, {4}).bytes());
+  seeds.push_back(model(5, "{}").Tensor("off", f32, {4}, 1 << 3, 1).bytes());
+  seeds.push_back(model(5, "{}").Tensor("neg", f32, {-4}, 4).bytes());
+  seeds.push_back(model(5, "{\"note\":\"\xc3\x28\"}").bytes());
+  return seeds;
 }
 
 Manifest SampleManifest(bool delta) {
@@ -58,7 +137,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::filesystem::path dir = argv[1];
-  for (const char* t : {"fuzz_manifest", "fuzz_delta", "fuzz_names"}) std::filesystem::create_directories(dir / t);
+  for (const char* t : {"fuzz_manifest", "fuzz_delta", "fuzz_names", "fuzz_safetensors"}) {
+    std::filesystem::create_directories(dir / t);
+  }
 
   int i = 0;
   for (bool delta : {false, true}) {
@@ -104,6 +185,11 @@ int main(int argc, char** argv) {
                                   std::string("layers.0.attn.q.weight"), std::string("0123456789abcdef"),
                                   std::string("step-00000000000000000012\n")}) {
     Write(dir / "fuzz_names" / ("name" + std::to_string(i++)), name);
+  }
+
+  i = 0;
+  for (const std::string& seed : SafetensorsSeeds()) {
+    Write(dir / "fuzz_safetensors" / ("tensors" + std::to_string(i++)), seed);
   }
   return 0;
 }
