@@ -7,7 +7,7 @@
 #   CKPT_SKIP_TSAN=1               skip the ThreadSanitizer pass
 #   CKPT_SKIP_ASAN=1               skip the AddressSanitizer+UBSan pass
 #   CKPT_SKIP_FUZZ=1               skip the short libFuzzer run
-#   CKPT_FUZZ_SECONDS=N            seconds per fuzz target (default 15)
+#   CKPT_FUZZ_SECONDS=N            seconds per fuzz target (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
@@ -51,12 +51,14 @@ if [[ ${CKPT_SKIP_ASAN:-0} != 1 ]]; then
 fi
 
 if [[ ${CKPT_SKIP_FUZZ:-0} != 1 ]]; then
-  # A short libFuzzer run of each target (tests/fuzz: the manifest parser,
-  # the delta decoder, the names read from disk) from its seed corpus; any
-  # crash or sanitizer report fails. About 2 minutes with the build.
+  # The fuzz regressions, then a short libFuzzer run of each target
+  # (tests/fuzz: the manifest parser, the delta decoder, the names read from
+  # disk, the catalog and reader over real roots, the safetensors header)
+  # from its seed corpus; any crash, sanitizer report or property violation
+  # fails. About 3 minutes with the build.
   fuzz_dir=${CKPT_FUZZ_BUILD_DIR:-build-fuzz}
   cmake -S tests/fuzz -B "$fuzz_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER=clang++ >/dev/null
   cmake --build "$fuzz_dir" -j2
-  tests/fuzz/run.sh "$fuzz_dir" "${CKPT_FUZZ_SECONDS:-15}"
+  tests/fuzz/run.sh "$fuzz_dir" "${CKPT_FUZZ_SECONDS:-10}"
 fi

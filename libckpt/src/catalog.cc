@@ -75,6 +75,10 @@ absl::StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string
 absl::StatusOr<CheckpointSummary> SummarizeCheckpoint(const std::string& root, int64_t step,
                                                       std::shared_ptr<FileSystem> fs) {
   if (fs == nullptr) fs = PosixFileSystem();
+  if (step < 0) {
+    // No checkpoint has a negative step ("step--…" is not a checkpoint name).
+    return absl::NotFoundError(absl::StrCat("no checkpoint has step ", step, " (steps are >= 0)"));
+  }
   const std::string dir = internal::JoinPath(root, internal::CheckpointDirName(step));
   auto stat = fs->Stat(dir);
   if (!stat.ok()) return stat.status();

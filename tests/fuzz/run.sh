@@ -11,6 +11,17 @@ seconds=${2:-20}
 mkdir -p "$build/corpus" "$build/artifacts"
 "$build/fuzz_seeds" "$build/corpus"
 "$build/fuzz_catalog_seeds" "$build/corpus"
+# Every input a fuzzer (or a person) once found failing must pass for good.
+here=$(cd "$(dirname "$0")" && pwd)
+for dir in "$here"/regressions/*/; do
+  t=$(basename "$dir")
+  inputs=$(find "$dir" -type f ! -name '*.md' | sort)
+  [ -n "$inputs" ] || continue
+  echo "== $t: $(echo "$inputs" | wc -l) regression inputs"
+  # shellcheck disable=SC2086
+  ASAN_OPTIONS="detect_leaks=1" "$build/$t" -rss_limit_mb=2048 $inputs 2>&1 | grep -E "ERROR|SUMMARY|runtime error|property violated" && exit 1
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "$t: a regression input fails again" >&2; exit 1; }
+done
 for t in fuzz_manifest fuzz_delta fuzz_names fuzz_catalog fuzz_safetensors; do
   mkdir -p "$build/artifacts/$t"
   echo "== $t: ${seconds} s"

@@ -60,6 +60,26 @@ absl::StatusOr<DeltaChain> DeltaChain::Load(FileSystem& fs, IoQueue& queue,
       link.index[link.manifest.tensors[i].name] = i;
     }
   }
+  // A delta record applies to the same tensor of the link before it: same
+  // dtype, shape and size, down to a whole record, whose size the parser
+  // bounded by its shard. Checked here, before a reader sizes any buffer by
+  // a delta's declared shape (a hostile manifest could declare any).
+  for (size_t l = 1; l < chain.size(); ++l) {
+    for (const TensorInfo& t : chain[l].manifest.tensors) {
+      if (!IsDeltaEncoding(t.encoding)) continue;
+      auto it = chain[l - 1].index.find(t.name);
+      const TensorInfo* base = it == chain[l - 1].index.end() ? nullptr
+                                                              : &chain[l - 1].manifest.tensors[it->second];
+      if (base == nullptr || base->dtype != t.dtype || base->shape != t.shape ||
+          base->raw_bytes != t.raw_bytes) {
+        return absl::DataLossError(absl::StrCat(
+            "tensor \"", t.name, "\" of delta step ", chain[l].manifest.step, " (", chain[l].dir,
+            ") is a delta of step ", chain[l - 1].manifest.step,
+            base == nullptr ? ", which has no such tensor"
+                            : ", whose tensor of that name has another dtype, shape or size"));
+      }
+    }
+  }
   return DeltaChain(std::move(chain));
 }
 
