@@ -1,6 +1,8 @@
 // tools/retain_cli.cc: the command line of ckpt-retain (see retain_cli.h).
 #include "retain_cli.h"
 
+#include "ckpt/log.h"
+
 #include <stdlib.h>
 
 #include <string>
@@ -135,7 +137,7 @@ int RetainMain(int argc, const char* const* argv, std::ostream& out, std::ostrea
   const RetentionPolicy& policy = flags.policy;
   // The library logs each compaction's I/O choices at info level to stderr;
   // keep that out of JSON output that cron may append stderr to.
-  if (flags.json) setenv("CKPT_LOG", "warning", /*overwrite=*/0);
+  if (flags.json && !LogThresholdFromEnvironment()) SetLogThreshold(LogSeverity::kWarning);
   if (flags.root.empty()) return fail(kRetainUsage, "--root DIR is required (see --help)");
   if (policy.keep_last < 0 || policy.keep_every < 0 ||
       policy.keep_newer_than < absl::ZeroDuration()) {

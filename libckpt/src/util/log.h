@@ -1,5 +1,5 @@
-// Minimal leveled logging to stderr. CKPT_LOG=debug|info|warning|error|off
-// (default info) sets the threshold.
+// The library's leveled logging: to the sink and threshold of ckpt/log.h
+// (stderr and CKPT_LOG by default). Levels match `ckpt::LogSeverity`.
 #ifndef CKPT_UTIL_LOG_H_
 #define CKPT_UTIL_LOG_H_
 
@@ -10,7 +10,8 @@ namespace ckpt::internal {
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3, kOff = 4 };
 
 bool LogEnabled(LogLevel level);
-// Writes "ckpt [level] message\n" to stderr in one write(2).
+// Hands `message` to the sink set by `ckpt::SetLogSink`, or writes
+// "ckpt [level] message\n" to stderr in one write(2).
 void Log(LogLevel level, absl::string_view message);
 
 }  // namespace ckpt::internal
