@@ -152,7 +152,7 @@ class LazyStager {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::string root, EngineOptions options, std::shared_ptr<FileSystem> fs,
-             std::unique_ptr<FileLock> writer_lock, internal::IoBackend backend)
+             std::unique_ptr<FileLock> writer_lock, internal::OpenedIo backend)
       : root_(std::move(root)),
         options_(std::move(options)),
         fs_(std::move(fs)),
@@ -523,7 +523,7 @@ class EngineImpl final : public Engine {
   // ROOT/.ckpt-writer.lock, held from Open until Close has stopped every
   // thread that writes.
   std::unique_ptr<FileLock> writer_lock_;
-  internal::IoBackend backend_;
+  internal::OpenedIo backend_;
   StagingPool pool_;
   MetricsSink metrics_;  // persister thread only
   std::unique_ptr<Persister> persister_;
@@ -612,7 +612,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   // Holding the lock, every save in progress in ROOT is ours: a
   // `.tmp-step-*` directory there was left by a writer that died mid-save.
   CKPT_RETURN_IF_ERROR(RemoveAbandonedSaves(*fs, root));
-  auto backend = OpenIoBackend(*fs, options.io, root);
+  auto backend = OpenIo(*fs, options.io, root);
   if (!backend.ok()) return Annotate(backend.status(), absl::StrCat("checkpoint root ", root));
   auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(*writer_lock),
                                              std::move(*backend));

@@ -35,7 +35,7 @@ class ReaderImpl final : public Reader {
   // `chain` runs from a full checkpoint to the one opened (a single link
   // for a full checkpoint).
   ReaderImpl(std::shared_ptr<FileSystem> fs, const IoOptions& io, DeltaChain chain,
-             internal::IoBackend backend)
+             internal::OpenedIo backend)
       : chain_(std::move(chain)),
         files_(std::move(fs), io, std::move(backend)),
         chunks_(io, LargestRawBytes(chain_.opened().manifest.tensors), files_.queue()) {}
@@ -145,9 +145,9 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
                                                      const ReaderOptions& options) {
   std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
-  auto opened = OpenIoBackend(*fs, options.io, "");
+  auto opened = OpenIo(*fs, options.io, "");
   if (!opened.ok()) return Annotate(opened.status(), absl::StrCat("checkpoint root ", root));
-  internal::IoBackend backend = std::move(*opened);
+  internal::OpenedIo backend = std::move(*opened);
   if (options.step.has_value()) {
     const int64_t step = *options.step;
     if (!std::binary_search(steps.begin(), steps.end(), step)) {

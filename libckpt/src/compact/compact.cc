@@ -83,7 +83,7 @@ Manifest FullManifest(const Manifest& delta, const std::vector<PlannedShard>& pl
 // Reads every tensor through `reader` (verified) and writes the shard files
 // of `plan` into `dir`: records at their aligned offsets, zero gaps, each
 // file truncated to its size, fsynced and closed.
-absl::Status WriteShards(FileSystem& fs, internal::IoBackend& backend, size_t chunk_bytes, Reader& reader,
+absl::Status WriteShards(FileSystem& fs, internal::OpenedIo& backend, size_t chunk_bytes, Reader& reader,
                          const std::vector<PlannedShard>& plan,
                          const std::vector<TensorInfo>& tensors, const std::string& dir) {
   uint64_t largest = kRecordAlignment;
@@ -124,7 +124,7 @@ absl::Status WriteTemp(FileSystem& fs, const CompactOptions& options, Reader& re
   const std::vector<PlannedShard> plan =
       PlanShards(views, options.shard_min_bytes, options.shard_max_bytes);
   Manifest full = FullManifest(delta, plan);
-  CKPT_ASSIGN_OR_RETURN(internal::IoBackend backend, OpenIoBackend(fs, options.io, temp));
+  CKPT_ASSIGN_OR_RETURN(internal::OpenedIo backend, OpenIo(fs, options.io, temp));
   CKPT_RETURN_IF_ERROR(
       WriteShards(fs, backend, options.io.chunk_bytes, reader, plan, delta.tensors, temp));
   CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(&full));

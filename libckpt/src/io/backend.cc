@@ -52,15 +52,15 @@ absl::Status ProbeDirectIo(FileSystem& fs, IoQueue& queue, const std::string& di
 
 }  // namespace
 
-absl::StatusOr<IoBackend> OpenIoBackend(FileSystem& fs, const IoOptions& options,
-                                        const std::string& probe_dir) {
+absl::StatusOr<OpenedIo> OpenIo(FileSystem& fs, const IoOptions& options,
+                                 const std::string& probe_dir) {
   if (options.queue_depth == 0 || options.chunk_bytes == 0 ||
       options.chunk_bytes % kDirectIoAlignment != 0 || options.chunk_bytes > (size_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "io options: queue_depth must be > 0 and chunk_bytes a multiple of 4096 up to 1 GiB (got ",
         options.queue_depth, ", ", options.chunk_bytes, ")"));
   }
-  IoBackend backend;
+  OpenedIo backend;
   CKPT_ASSIGN_OR_RETURN(backend.queue, OpenQueue(fs, options));
   backend.direct = options.direct != DirectIoMode::kOff;
   if (backend.direct && !probe_dir.empty()) {

@@ -11,7 +11,9 @@
 
 namespace ckpt::internal {
 
-struct IoBackend {
+// An opened I/O path: the queue, and whether files are opened O_DIRECT.
+// (Not `ckpt::IoBackend`, the public enum that asks for one.)
+struct OpenedIo {
   std::unique_ptr<IoQueue> queue;
   bool direct = false;
   std::string description;  // "io_uring+O_DIRECT", "threads+buffered", ...
@@ -22,8 +24,8 @@ struct IoBackend {
 // writing a probe file there: a file system that refuses O_DIRECT at open or
 // at the first write (tmpfs, some FUSE and network file systems) gets
 // buffered I/O. Forced choices that are refused are errors. Logs the choice.
-absl::StatusOr<IoBackend> OpenIoBackend(FileSystem& fs, const IoOptions& options,
-                                        const std::string& probe_dir);
+absl::StatusOr<OpenedIo> OpenIo(FileSystem& fs, const IoOptions& options,
+                                 const std::string& probe_dir);
 
 }  // namespace ckpt::internal
 

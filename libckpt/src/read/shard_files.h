@@ -16,7 +16,7 @@ namespace ckpt::internal {
 
 class ShardFiles {
  public:
-  ShardFiles(std::shared_ptr<FileSystem> fs, const IoOptions& io, IoBackend backend)
+  ShardFiles(std::shared_ptr<FileSystem> fs, const IoOptions& io, OpenedIo backend)
       : fs_(std::move(fs)), io_(io), backend_(std::move(backend)) {}
 
   // Opens `dir`/`shard` on first use and keeps it open; later calls return
@@ -31,7 +31,7 @@ class ShardFiles {
  private:
   const std::shared_ptr<FileSystem> fs_;
   const IoOptions io_;
-  IoBackend backend_;                                   // `direct` may turn off
+  OpenedIo backend_;                                    // `direct` may turn off
   std::map<std::string, std::unique_ptr<File>> files_;  // by path; closed before the queue
 };
 
