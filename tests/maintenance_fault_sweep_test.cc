@@ -77,6 +77,12 @@ std::vector<std::string> Debris(const std::string& dir) {
   return testing::Leftovers(dir);
 }
 
+// Sets the times of `path` to 2001, as a directory untouched for years has.
+void MakeStale(const std::string& path) {
+  struct timeval old[2] = {{1000000000, 0}, {1000000000, 0}};
+  ASSERT_EQ(::utimes(path.c_str(), old), 0) << path;
+}
+
 class MaintenanceFaultSweepTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -102,10 +108,8 @@ class MaintenanceFaultSweepTest : public ::testing::Test {
     const std::string stale = root + "/.tmp-step-00000000000000000099-00000000deadbeef";
     std::filesystem::create_directory(stale);
     std::ofstream(stale + "/x.shard") << "partial";
-    for (const std::string& p : {stale + "/x.shard", stale}) {
-      struct timeval old[2] = {{1000000000, 0}, {1000000000, 0}};
-      ASSERT_EQ(::utimes(p.c_str(), old), 0);
-    }
+    MakeStale(stale + "/x.shard");
+    MakeStale(stale);
     template_steps_ = new std::map<int64_t, RestoredStep>();
     ASSERT_EQ(testing::ReadAllSteps(root, template_steps_), "");
     ASSERT_EQ(template_steps_->size(), static_cast<size_t>(kSteps));
@@ -143,12 +147,8 @@ class MaintenanceFaultSweepTest : public ::testing::Test {
     // copy() does not keep times: make the planted temp directory stale again.
     for (const std::string& name : Debris(run.root)) {
       const std::string p = run.root + "/" + name;
-      for (const auto& e : std::filesystem::directory_iterator(p)) {
-        struct timeval old[2] = {{1000000000, 0}, {1000000000, 0}};
-        ::utimes(e.path().c_str(), old);
-      }
-      struct timeval old[2] = {{1000000000, 0}, {1000000000, 0}};
-      ::utimes(p.c_str(), old);
+      for (const auto& e : std::filesystem::directory_iterator(p)) MakeStale(e.path().string());
+      MakeStale(p);
     }
     std::filesystem::create_directory(run.cold);
     auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());

@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "absl/random/random.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "ckpt/root_lock.h"
 #include "ckpt/tensor.h"
 #include "compact/swap.h"
@@ -21,13 +19,11 @@ namespace {
 
 using internal::JoinPath;
 
+// ROOT/.tmp-copy-step-…-<hex>: a `CopyCheckpoint` into ROOT being written.
+constexpr absl::string_view kCopyTempPrefix = ".tmp-copy-";
+
 // Files are copied in pieces of this size (one read, one write at a time).
 constexpr size_t kCopyPieceBytes = size_t{8} << 20;
-
-uint64_t Nonce() {
-  thread_local absl::BitGen gen;
-  return absl::Uniform<uint64_t>(gen);
-}
 
 std::shared_ptr<FileSystem> OrPosix(std::shared_ptr<FileSystem> fs) {
   return fs != nullptr ? std::move(fs) : PosixFileSystem();
@@ -111,7 +107,7 @@ RootEntryKind ClassifyRootEntry(absl::string_view name) {
   if (internal::ParseCheckpointDirName(name).has_value()) return RootEntryKind::kCheckpoint;
   if (absl::StartsWith(name, ".tmp-step-")) return RootEntryKind::kSaveTemp;
   if (absl::StartsWith(name, internal::kCompactTempPrefix)) return RootEntryKind::kCompactTemp;
-  if (absl::StartsWith(name, ".tmp-copy-")) return RootEntryKind::kCopyTemp;
+  if (absl::StartsWith(name, kCopyTempPrefix)) return RootEntryKind::kCopyTemp;
   if (absl::StartsWith(name, internal::kTempPrefix)) return RootEntryKind::kOtherTemp;
   if (absl::StartsWith(name, internal::kTrashPrefix)) return RootEntryKind::kTrash;
   if (absl::StartsWith(name, internal::kCompactAsidePrefix)) return RootEntryKind::kCompactAside;
@@ -165,7 +161,7 @@ absl::Status RemoveCheckpoint(const std::string& root, int64_t step, std::shared
                      "); not removing it"));
   }
   const std::string trash =
-      JoinPath(root, absl::StrFormat("%s%s-%016x", internal::kTrashPrefix, name, Nonce()));
+      JoinPath(root, internal::UniqueName(internal::kTrashPrefix, name));
   CKPT_RETURN_IF_ERROR(fs->Rename(dir, trash, RenameMode::kNoReplace));
   // From here on the checkpoint is invisible; what follows only frees space.
   CKPT_RETURN_IF_ERROR(fs->SyncDir(root));
@@ -208,7 +204,7 @@ absl::StatusOr<CopyStats> CopyCheckpoint(const std::string& root, int64_t step,
   CKPT_ASSIGN_OR_RETURN(AlignedBytes buffer, AlignedBytes::Allocate(kCopyPieceBytes, /*prefault=*/false));
 
   const std::string temp =
-      JoinPath(target_root, absl::StrFormat(".tmp-copy-%s-%016x", name, Nonce()));
+      JoinPath(target_root, internal::UniqueName(kCopyTempPrefix, name));
   CKPT_RETURN_IF_ERROR(fs->CreateDir(temp));
   CopyStats stats;
   absl::Status status;

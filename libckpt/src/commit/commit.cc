@@ -2,9 +2,7 @@
 
 #include <optional>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "format/names.h"
 #include "io/small_file.h"
 #include "util/kill_point.h"
@@ -13,18 +11,11 @@
 namespace ckpt::internal {
 namespace {
 
-// Names of temp files and trash directories. Every engine's persister
-// commits on its own thread, so each thread has its own generator.
-uint64_t Nonce() {
-  thread_local absl::BitGen gen;
-  return absl::Uniform<uint64_t>(gen);
-}
-
 // Writes `contents` to a fresh temp file and renames it over ROOT/LATEST.
 absl::Status WriteLatest(FileSystem& fs, IoQueue& queue, const std::string& root,
                          const std::string& contents) {
   const std::string temp =
-      JoinPath(root, absl::StrFormat(".%s.tmp-%016x", kLatestName, Nonce()));
+      JoinPath(root, UniqueName(absl::StrCat(".", kLatestName, ".tmp"), ""));
   absl::Status s = WriteFileDurably(fs, queue, temp, contents);
   if (s.ok()) s = fs.Rename(temp, JoinPath(root, kLatestName), RenameMode::kReplace);
   if (!s.ok()) (void)fs.RemoveFile(temp);
@@ -70,7 +61,7 @@ absl::Status CommitCheckpoint(FileSystem& fs, IoQueue& queue, const std::string&
     }
   }
   const std::string trash =
-      JoinPath(root, absl::StrFormat("%s%s-%016x", kTrashPrefix, final_name, Nonce()));
+      JoinPath(root, UniqueName(kTrashPrefix, final_name));
   if (fs.Rename(final_dir, trash, RenameMode::kNoReplace).ok()) {
     (void)fs.SyncDir(root);
     RemoveTreeBestEffort(fs, trash);

@@ -170,7 +170,7 @@ absl::StatusOr<CompactStats> Compact(FileSystem& fs, std::shared_ptr<FileSystem>
   CompactStats stats;
   stats.step = step;
   const std::string temp =
-      JoinPath(target, absl::StrFormat("%s%s-%016x", kCompactTempPrefix, name, CompactNonce()));
+      JoinPath(target, UniqueName(kCompactTempPrefix, name));
   CKPT_RETURN_IF_ERROR(fs.CreateDir(temp));
   absl::Status s = WriteTemp(fs, options, *reader, delta, temp, &stats);
   reader.reset();  // closes the delta's files before its directory moves

@@ -1,9 +1,7 @@
 #include "compact/swap.h"
 
-#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "ckpt/compact.h"
 #include "format/names.h"
 #include "io/small_file.h"
@@ -15,16 +13,12 @@
 namespace ckpt::internal {
 namespace {
 
-std::string NonceName(absl::string_view prefix, absl::string_view name) {
-  return absl::StrFormat("%s%s-%016x", prefix, name, CompactNonce());
-}
-
 // Takes `dir` (a checkpoint directory out of readers' sight, or one to take
 // out of it) away: renames it to a trash name, fsyncs `root`, removes it.
 // Best effort: what is left is logged.
 void DiscardDir(FileSystem& fs, const std::string& root, const std::string& dir,
                 absl::string_view name) {
-  const std::string trash = JoinPath(root, NonceName(kTrashPrefix, name));
+  const std::string trash = JoinPath(root, UniqueName(kTrashPrefix, name));
   absl::Status s = fs.Rename(dir, trash, RenameMode::kNoReplace);
   if (!s.ok()) {
     Log(LogLevel::kWarning, absl::StrCat("could not remove ", dir, " (", s.message(),
@@ -42,7 +36,7 @@ void DiscardDir(FileSystem& fs, const std::string& root, const std::string& dir,
 absl::Status SwapByRenames(FileSystem& fs, const std::string& root, const std::string& name,
                            const std::string& temp, std::string* aside) {
   const std::string dir = JoinPath(root, name);
-  *aside = JoinPath(root, NonceName(kCompactAsidePrefix, name));
+  *aside = JoinPath(root, UniqueName(kCompactAsidePrefix, name));
   CKPT_RETURN_IF_ERROR(fs.Rename(dir, *aside, RenameMode::kNoReplace));
   absl::Status s = fs.Rename(temp, dir, RenameMode::kNoReplace);
   if (s.ok()) s = fs.SyncDir(root);
@@ -55,11 +49,6 @@ absl::Status SwapByRenames(FileSystem& fs, const std::string& root, const std::s
 }
 
 }  // namespace
-
-uint64_t CompactNonce() {
-  thread_local absl::BitGen gen;
-  return absl::Uniform<uint64_t>(gen);
-}
 
 absl::Status SwapIntoPlace(FileSystem& fs, IoQueue& queue, const std::string& root,
                            const std::string& name, const std::string& temp,

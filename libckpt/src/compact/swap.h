@@ -19,8 +19,6 @@ inline constexpr absl::string_view kCompactTempPrefix = ".tmp-compact-";
 // fallback; see `FinishInterruptedCompactions`.
 inline constexpr absl::string_view kCompactAsidePrefix = ".compact-old-";
 
-uint64_t CompactNonce();
-
 // Replaces the checkpoint directory ROOT/`name` (whose manifest must still
 // have checksum `expected_hash`) with `temp`, a complete and synced
 // checkpoint directory in ROOT, then removes the old one (best effort).

@@ -4,12 +4,11 @@
 #include <set>
 #include <vector>
 
-#include "absl/random/random.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "ckpt/maintenance.h"
+#include "format/names.h"
 #include "io/io_executor.h"
 #include "nlohmann/json.hpp"
 #include "util/status_macros.h"
@@ -135,9 +134,7 @@ absl::StatusOr<ExportResult> ExportSafetensors(
   absl::StatusOr<AlignedBytes> buffer = AlignedBytes::Allocate(largest, /*prefault=*/false);
   if (!buffer.ok()) return buffer.status();
 
-  thread_local absl::BitGen gen;
-  const std::string temp =
-      absl::StrFormat("%s.tmp-ckpt-export-%016x", path, absl::Uniform<uint64_t>(gen));
+  const std::string temp = internal::UniqueName(path, ".tmp-ckpt-export");
   OpenOptions create;
   create.write = true;
   create.create = true;

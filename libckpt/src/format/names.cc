@@ -1,5 +1,6 @@
 #include "format/names.h"
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
@@ -93,6 +94,11 @@ std::optional<int64_t> ParseCheckpointDirName(absl::string_view name) {
     value = value * 10 + digit;
   }
   return value;
+}
+
+std::string UniqueName(absl::string_view prefix, absl::string_view name) {
+  thread_local absl::BitGen gen;
+  return absl::StrFormat("%s%s-%016x", prefix, name, absl::Uniform<uint64_t>(gen));
 }
 
 std::string TempDirName(int64_t step, uint64_t nonce) {

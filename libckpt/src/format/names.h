@@ -36,6 +36,9 @@ std::string CheckpointDirName(int64_t step);
 // The step of a committed checkpoint directory name, or nullopt for any
 // other name (temp and trash directories included).
 std::optional<int64_t> ParseCheckpointDirName(absl::string_view name);
+// `prefix` `name` "-" and 16 random hex digits: a fresh name for a temp,
+// trash or set-aside entry of `name` (".trash-step-…-3f2a…"). Thread-safe.
+std::string UniqueName(absl::string_view prefix, absl::string_view name);
 // ".tmp-step-<20 digits>-<nonce>": a save in progress; never read.
 std::string TempDirName(int64_t step, uint64_t nonce);
 inline constexpr absl::string_view kTempPrefix = ".tmp-";
