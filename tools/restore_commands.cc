@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/catalog.h"
 #include "ckpt/file_system.h"
+#include "ckpt/newest.h"
 #include "ckpt/reader.h"
 #include "restore_format.h"
 #include "restore_list.h"
@@ -109,25 +111,27 @@ void PrintVerifyResult(const RestoreRequest& request, int64_t step,
 int SelectLatest(const RestoreRequest& request, const std::vector<int64_t>& steps,
                  Output& output, std::unique_ptr<Reader>* chosen) {
   const std::map<int64_t, uint64_t> bytes = TensorBytesByStep(request.root, output.bar());
-  std::vector<int64_t> skipped;
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    const uint64_t budget = bytes.count(*it) > 0 ? bytes.at(*it) : 0;
-    output.bar().Start(absl::StrFormat("verifying step %d", *it), budget);
+  NewestFirst walk(steps);
+  while (std::optional<int64_t> step = walk.Next()) {
+    const uint64_t budget = bytes.count(*step) > 0 ? bytes.at(*step) : 0;
+    output.bar().Start(absl::StrFormat("verifying step %d", *step), budget);
     absl::StatusOr<std::unique_ptr<Reader>> reader =
-        VerifyStep(request.root, *it, output.bar(), budget);
+        VerifyStep(request.root, *step, output.bar(), budget);
     if (reader.ok()) output.bar().Finish();
-    if (request.action == Action::kVerify) PrintVerifyResult(request, *it, reader, output);
+    if (request.action == Action::kVerify) PrintVerifyResult(request, *step, reader, output);
     if (reader.ok()) {
-      if (!skipped.empty()) {
+      if (!walk.skipped().empty()) {
+        std::vector<int64_t> skipped;
+        for (const SkippedCheckpoint& s : walk.skipped()) skipped.push_back(s.step);
         output.Warn(absl::StrFormat(
-            "fell back to step %d, the newest checkpoint that verifies (skipped %s)", *it,
+            "fell back to step %d, the newest checkpoint that verifies (skipped %s)", *step,
             absl::StrJoin(skipped, ", ")));
       }
       *chosen = std::move(*reader);
       return kExitOk;
     }
-    output.Warn(absl::StrFormat("skipped step %d: %s", *it, StatusText(reader.status())));
-    skipped.push_back(*it);
+    output.Warn(absl::StrFormat("skipped step %d: %s", *step, StatusText(reader.status())));
+    walk.Skip(*step, reader.status());
   }
   return output.Fail(kExitDataLoss, absl::StrFormat("no checkpoint in %s verifies (tried %s)",
                                                     request.root, DescribeSteps(steps)));

@@ -51,12 +51,13 @@ class ReaderImpl final : public Reader {
   absl::Status ReadInto(std::span<const ReadTarget> targets) override;
   absl::StatusOr<Tensor> Read(absl::string_view name) override;
   absl::StatusOr<std::vector<Tensor>> ReadAll() override;
-  absl::Status Verify() override;
+  using Reader::Verify;
+  absl::Status Verify(const VerifyProgress& progress) override;
 
  private:
   const Manifest& manifest() const { return chain_.opened().manifest; }
   // Reconstructs each tensor through the chain, checking every link.
-  absl::Status VerifyByReading();
+  absl::Status VerifyByReading(const VerifyProgress& progress);
 
   const DeltaChain chain_;
   ShardFiles files_;
@@ -124,19 +125,20 @@ absl::StatusOr<std::vector<Tensor>> ReaderImpl::ReadAll() {
   return tensors;
 }
 
-absl::Status ReaderImpl::VerifyByReading() {
+absl::Status ReaderImpl::VerifyByReading(const VerifyProgress& progress) {
   CKPT_ASSIGN_OR_RETURN(AlignedBytes buffer,
                         AlignedBytes::Allocate(LargestRawBytes(manifest().tensors), false));
   for (const TensorInfo& t : manifest().tensors) {
     ReadTarget target{t.name, buffer.data(), buffer.size()};
     CKPT_RETURN_IF_ERROR(ReadInto({&target, 1}));
+    if (progress) progress(t.raw_bytes);
   }
   return absl::OkStatus();
 }
 
-absl::Status ReaderImpl::Verify() {
-  if (chain_.is_delta()) return VerifyByReading();
-  return VerifyFullCheckpoint(files_, chunks_, dir(), manifest());
+absl::Status ReaderImpl::Verify(const VerifyProgress& progress) {
+  if (chain_.is_delta()) return VerifyByReading(progress);
+  return VerifyFullCheckpoint(files_, chunks_, dir(), manifest(), progress);
 }
 
 }  // namespace

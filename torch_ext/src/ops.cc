@@ -89,6 +89,13 @@ TORCH_LIBRARY(ckpt, m) {
       .def("backend", &EngineHolder::backend)
       .def("lazy", &EngineHolder::lazy);
 
+  m.class_<NewestFirstHolder>("NewestFirst")
+      .def(torch::init<std::string>())
+      .def("next", &NewestFirstHolder::Next)
+      .def("skip", &NewestFirstHolder::Skip)
+      .def("skipped", &NewestFirstHolder::Skipped)
+      .def("raise_none_left", &NewestFirstHolder::RaiseNoneLeft);
+
   m.def(
       "save_async(__torch__.torch.classes.ckpt.Engine engine, int step, str[] names, "
       "Tensor[] tensors, str extras_json=\"{}\") -> __torch__.torch.classes.ckpt.SaveHandle",

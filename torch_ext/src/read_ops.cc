@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "ckpt/catalog.h"
+#include "ckpt/newest.h"
 #include "ckpt/reader.h"
 #include "tensor_convert.h"
 #include "torch_status.h"
@@ -32,31 +32,19 @@ std::unique_ptr<Reader> OpenOrThrow(const std::string& root, std::optional<int64
 }
 
 // Runs `fn` on checkpoint `step`, or (no step / negative) on the newest one
-// for which it succeeds, recording each newer one it skipped and why.
-// Returns the step read.
+// for which it succeeds (ckpt/newest.h), recording each newer one it skipped
+// and why. Returns the step read.
 int64_t ReadNewest(const std::string& root, std::optional<int64_t> step, const ReadFn& fn,
                    std::vector<std::string>* skipped) {
-  if (step.has_value() && *step >= 0) {
-    std::unique_ptr<Reader> reader = OpenOrThrow(root, step);
-    ThrowIfError(fn(*reader), absl::StrCat("ckpt: load step ", *step, " from ", root, ": "));
-    return *step;
-  }
-  auto steps = ckpt::ListSteps(root);
-  ThrowIfError(steps.status(), absl::StrCat("ckpt: load from ", root, ": "));
-  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
-    ReaderOptions options;
-    options.step = *it;
-    auto reader = Reader::Open(root, options);
-    absl::Status status = reader.ok() ? fn(**reader) : reader.status();
-    if (status.ok()) return *it;
-    skipped->push_back(absl::StrCat("step ", *it, ": ", status.ToString()));
-  }
-  const std::string why = steps->empty()
-                              ? "no committed checkpoint"
-                              : absl::StrCat("no checkpoint reads back intact (",
-                                             absl::StrJoin(*skipped, "; "), ")");
-  ThrowIfError(absl::NotFoundError(why), absl::StrCat("ckpt: load from ", root, ": "));
-  return -1;  // not reached
+  ReaderOptions options;
+  if (step.has_value() && *step >= 0) options.step = step;
+  auto reader = OpenNewest(root, options, fn, [&](const SkippedCheckpoint& s) {
+    skipped->push_back(absl::StrCat("step ", s.step, ": ", s.why.ToString()));
+  });
+  ThrowIfError(reader.status(), options.step.has_value()
+                                    ? absl::StrCat("ckpt: load step ", *step, " from ", root, ": ")
+                                    : absl::StrCat("ckpt: load from ", root, ": "));
+  return (*reader)->step();
 }
 
 }  // namespace
@@ -163,6 +151,26 @@ std::string DescribeStep(const std::string& root, std::optional<int64_t> step) {
 void VerifyStep(const std::string& root, int64_t step) {
   std::unique_ptr<Reader> reader = OpenOrThrow(root, step);
   ThrowIfError(reader->Verify(), absl::StrCat("ckpt: verify step ", step, " in ", root, ": "));
+}
+
+NewestFirstHolder::NewestFirstHolder(const std::string& root) : root_(root) {
+  auto walk = NewestFirst::Start(root);
+  ThrowIfError(walk.status(), absl::StrCat("ckpt: load from ", root, ": "));
+  walk_.emplace(std::move(*walk));
+}
+
+void NewestFirstHolder::Skip(int64_t step, const std::string& code, const std::string& message) {
+  absl::StatusCode parsed = absl::StatusCode::kUnknown;
+  for (int c = 1; c <= static_cast<int>(absl::StatusCode::kUnauthenticated); ++c) {
+    if (absl::StatusCodeToString(static_cast<absl::StatusCode>(c)) == code) {
+      parsed = static_cast<absl::StatusCode>(c);
+    }
+  }
+  walk_->Skip(step, absl::Status(parsed, message));
+}
+
+void NewestFirstHolder::RaiseNoneLeft() const {
+  ThrowIfError(walk_->NoneLeft(), absl::StrCat("ckpt: load from ", root_, ": "));
 }
 
 }  // namespace ckpt::torch_ext

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <torch/custom_class.h>
+
+#include "ckpt/newest.h"
 
 namespace ckpt::torch_ext {
 
@@ -44,6 +47,32 @@ std::string DescribeStep(const std::string& root, std::optional<int64_t> step);
 // `VerifyStep` reads every record of checkpoint `step` and checks every
 // checksum; raises naming the file and tensor on the first mismatch.
 void VerifyStep(const std::string& root, int64_t step);
+
+// `NewestFirstHolder` is `torch.classes.ckpt.NewestFirst`: the library's walk
+// over a root's checkpoints, newest first (ckpt/newest.h), for the Python
+// loader, which works out what to read from each candidate's manifest:
+//   walk = torch.classes.ckpt.NewestFirst(root)
+//   while (step := walk.next()) is not None:
+//       try: ...; return step
+//       except CheckpointError as e: walk.skip(step, e.code or "", str(e))
+//   walk.raise_none_left()
+class NewestFirstHolder : public torch::CustomClassHolder {
+ public:
+  explicit NewestFirstHolder(const std::string& root);  // raises if ROOT cannot be listed
+
+  c10::optional<int64_t> Next() { return walk_->Next(); }
+  // Records that `step` did not read back; `code` is a status code name
+  // ("DATA_LOSS", ...; anything else counts as UNKNOWN).
+  void Skip(int64_t step, const std::string& code, const std::string& message);
+  // The "step N: <reason>" lines of the steps skipped so far.
+  std::vector<std::string> Skipped() const { return walk_->SkippedLines(); }
+  // Raises the library's NOT_FOUND error for a walk that found nothing.
+  void RaiseNoneLeft() const;
+
+ private:
+  std::string root_;
+  std::optional<NewestFirst> walk_;
+};
 
 }  // namespace ckpt::torch_ext
 

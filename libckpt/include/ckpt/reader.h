@@ -12,6 +12,7 @@
 #define CKPT_READER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -50,6 +51,9 @@ struct ReadTarget {
   size_t capacity = 0;  // must be >= the tensor's raw_bytes
 };
 
+// Told how many more tensor bytes (raw, as restored) were checked.
+using VerifyProgress = std::function<void(uint64_t bytes)>;
+
 class Reader {
  public:
   // Opens checkpoint `options.step` of `root`, or the newest committed one
@@ -75,8 +79,14 @@ class Reader {
   virtual absl::StatusOr<Tensor> Read(absl::string_view name) = 0;
   // Reads every tensor into new memory, in manifest order.
   virtual absl::StatusOr<std::vector<Tensor>> ReadAll() = 0;
-  // Reads every record and checks every checksum without keeping the data.
-  virtual absl::Status Verify() = 0;
+  // Reads every record and checks every checksum without keeping the data;
+  // a delta is rebuilt through its chain, checking each link's records it
+  // uses. `progress` (may be null) is told the tensor bytes checked as it
+  // goes (per read for whole records, per tensor for compressed ones and
+  // deltas); when all is well they add up to the raw bytes of `tensors()`.
+  // Returns the first failure: kDataLoss naming the shard and the tensor.
+  virtual absl::Status Verify(const VerifyProgress& progress) = 0;
+  absl::Status Verify() { return Verify(nullptr); }
 };
 
 }  // namespace ckpt

@@ -12,16 +12,19 @@
 #include "util/align.h"
 
 namespace ckpt::internal {
-namespace {
-
-}  // namespace
 
 absl::Status VerifyFullCheckpoint(ShardFiles& files, ReadChunks& chunks, const std::string& dir,
-                                  const Manifest& manifest) {
+                                  const Manifest& manifest, const VerifyProgress& progress) {
   CKPT_RETURN_IF_ERROR(chunks.Ensure());
+  auto count = [&](uint64_t bytes) {
+    if (progress && bytes > 0) progress(bytes);
+  };
   const std::vector<TensorInfo>& tensors = manifest.tensors;
   for (const TensorInfo& t : tensors) {
-    if (t.encoding == "zstd") CKPT_RETURN_IF_ERROR(DecodeZstdRecord(files, dir, t, nullptr));
+    if (t.encoding == "zstd") {
+      CKPT_RETURN_IF_ERROR(DecodeZstdRecord(files, dir, t, nullptr));
+      count(t.raw_bytes);
+    }
   }
   // Pieces are consumed strictly in order (the hash is streamed), while up to
   // a pool's worth of them is in flight.
@@ -53,6 +56,7 @@ absl::Status VerifyFullCheckpoint(ShardFiles& files, ReadChunks& chunks, const s
       if (p.start + p.bytes == t.raw_bytes && hash.Digest() != t.xxh3) {
         return ChecksumMismatch(dir, t, hash.Digest());
       }
+      count(p.bytes);
       ++head;
     }
     return absl::OkStatus();

@@ -117,19 +117,18 @@ def _load_into(root, step, into, strict):
     state_dicts = {}  # id(stateful object) -> its state_dict(), taken once per load
     if step is not None and int(step) >= 0:
         return int(step), _load_step_into(root, int(step), into, strict, state_dicts)
-    candidates = list_steps(root)
-    skipped = []
-    for s in reversed(candidates):
+    with translate():
+        walk = torch.classes.ckpt.NewestFirst(str(root))
+    while (s := walk.next()) is not None:
         try:
             state = _load_step_into(root, s, into, strict, state_dicts)
         except CheckpointError as e:
-            skipped.append(f"step {s}: {e}")
+            walk.skip(s, e.code or "", str(e))
             continue
-        _warn_skipped(root, skipped)
+        _warn_skipped(root, walk.skipped())
         return s, state
-    why = "no committed checkpoint" if not candidates else \
-        "no checkpoint reads back intact (" + "; ".join(skipped) + ")"
-    raise error_for("NOT_FOUND", f"ckpt: load from {root}: NOT_FOUND: {why}")
+    with translate():
+        walk.raise_none_left()
 
 
 def _load_step_into(root, step, into, strict, state_dicts):
