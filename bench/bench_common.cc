@@ -1,5 +1,7 @@
 #include "bench_common.h"
 
+#include "ckpt/file_system.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,9 +54,6 @@ uint64_t State::bytes() const {
 
 namespace {
 
-constexpr uint64_t kAlignment = 4096;  // O_DIRECT-friendly, like the engine's records
-uint64_t RoundUp(uint64_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; }
-
 struct Spec {
   std::string name;
   DType dtype;
@@ -77,7 +76,7 @@ uint64_t TotalBytes(const std::vector<Spec>& specs) {
 // trained weights).
 State Materialize(const std::vector<Spec>& specs) {
   uint64_t total = 0;
-  for (const Spec& s : specs) total += RoundUp(s.bytes());
+  for (const Spec& s : specs) total += AlignUp(s.bytes());
   const Clock::time_point start = Clock::now();
   State state;
   auto memory = AlignedBytes::Allocate(total, /*prefault=*/true);
@@ -96,9 +95,9 @@ State Materialize(const std::vector<Spec>& specs) {
   for (const Spec& s : specs) {
     const uint64_t n = s.bytes();
     // Padding between tensors stays zero.
-    std::memset(base + offset + n, 0, RoundUp(n) - n);
+    std::memset(base + offset + n, 0, AlignUp(n) - n);
     state.views.push_back(TensorView{s.name, s.dtype, s.shape, base + offset, n});
-    offset += RoundUp(n);
+    offset += AlignUp(n);
   }
   Log("state", absl::StrCat(state.views.size(), " tensors, ", state.bytes(), " bytes (", total,
                             " allocated), filled in ", Round(SecondsSince(start)), " s"));

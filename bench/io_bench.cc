@@ -71,7 +71,6 @@ using ckpt::bench::SecondsSince;
 using Json = nlohmann::ordered_json;
 
 double Round3(double x) { return std::round(x * 1000) / 1000; }
-uint64_t RoundUp(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 
 void Log(const std::string& line) { ckpt::bench::Log("io_bench", line); }
 
@@ -172,7 +171,7 @@ std::string FioCommonArgs(uint64_t bytes, bool direct = true) {
   const uint64_t bs = absl::GetFlag(FLAGS_chunk_bytes);
   std::string args =
       absl::StrFormat("--bs=%d --iodepth=%d --direct=%d --ioengine=io_uring --size=%d", bs,
-                      absl::GetFlag(FLAGS_queue_depth), direct ? 1 : 0, RoundUp(bytes, bs));
+                      absl::GetFlag(FLAGS_queue_depth), direct ? 1 : 0, ckpt::AlignUp(bytes, bs));
   const std::string extra = absl::GetFlag(FLAGS_fio_extra);
   if (!extra.empty()) absl::StrAppend(&args, " ", extra);
   return args;
@@ -358,7 +357,7 @@ void Prepare(Bench& b) {
                       SecondsSince(t0)));
   char* base = static_cast<char*>(b.dst.data());
   for (const ckpt::TensorView& v : b.src.views) {
-    b.targets.push_back({v.name, base + OffsetIn(b.src, v), RoundUp(v.nbytes, 4096)});
+    b.targets.push_back({v.name, base + OffsetIn(b.src, v), ckpt::AlignUp(v.nbytes)});
   }
 }
 

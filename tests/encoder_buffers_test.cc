@@ -14,7 +14,7 @@
 #include "format/manifest.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
-#include "util/align.h"
+#include "ckpt/file_system.h"
 
 namespace ckpt {
 namespace {
@@ -103,7 +103,7 @@ TEST_P(ShardOutputsTest, InterleavedShardsProduceExactFilesWithAnyBufferCount) {
     if (rng() % 3 == 0) {
       auto offset = (*outputs)->BeginRecord(shard);
       ASSERT_TRUE(offset.ok()) << offset.status();
-      want[shard].resize(internal::AlignUp(want[shard].size(), internal::kRecordAlignment), '\0');
+      want[shard].resize(AlignUp(want[shard].size(), internal::kRecordAlignment), '\0');
       ASSERT_EQ(*offset, want[shard].size());
       record_offsets[shard].push_back(*offset);
     }
@@ -117,7 +117,7 @@ TEST_P(ShardOutputsTest, InterleavedShardsProduceExactFilesWithAnyBufferCount) {
     auto layout = (*outputs)->FinishShard(s);
     ASSERT_TRUE(layout.ok()) << layout.status();
     EXPECT_EQ(layout->file_bytes, want[s].size()) << "shard " << s;
-    EXPECT_EQ(layout->padded_bytes, internal::AlignUp(want[s].size(), internal::kRecordAlignment)) << "shard " << s;
+    EXPECT_EQ(layout->padded_bytes, AlignUp(want[s].size(), internal::kRecordAlignment)) << "shard " << s;
     // Finishing again changes nothing.
     auto again = (*outputs)->FinishShard(s);
     ASSERT_TRUE(again.ok());
@@ -126,7 +126,7 @@ TEST_P(ShardOutputsTest, InterleavedShardsProduceExactFilesWithAnyBufferCount) {
   writer.Drain();
   for (size_t s = 0; s < c.shards; ++s) {
     std::string padded = want[s];
-    padded.resize(internal::AlignUp(padded.size(), internal::kRecordAlignment), '\0');
+    padded.resize(AlignUp(padded.size(), internal::kRecordAlignment), '\0');
     ASSERT_EQ(writer.file(s).size(), padded.size()) << "shard " << s;
     EXPECT_TRUE(writer.file(s) == padded) << "shard " << s << " differs";
   }

@@ -197,9 +197,7 @@ class FileSystemConformanceTest : public ::testing::TestWithParam<FsParam> {
   void WriteFile(const std::string& name, size_t size, uint64_t seed) {
     auto file = OpenOrDie(Path(name), WriteOptions());
     ASSERT_NE(file, nullptr);
-    Buffer buffer(direct() ? (size + kDirectIoAlignment - 1) / kDirectIoAlignment *
-                                 kDirectIoAlignment
-                           : size);
+    Buffer buffer(direct() ? AlignUp(size) : size);
     buffer.Fill(seed);
     WriteAll(file.get(), 0, buffer);
     ASSERT_TRUE(file->Truncate(size).ok());

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/catalog.h"
 #include "ckpt/file_system.h"
+#include "ckpt/json.h"
 #include "ckpt/newest.h"
 #include "ckpt/reader.h"
 #include "restore_format.h"
@@ -192,17 +193,7 @@ void PrintContents(const RestoreRequest& request, const Reader& reader, Output& 
   const Contents c = Summarize(reader);
   if (request.json) {
     Json tensors = Json::array();
-    for (const TensorInfo& t : reader.tensors()) {
-      tensors.push_back({{"name", t.name},
-                         {"dtype", std::string(DTypeName(t.dtype))},
-                         {"shape", t.shape},
-                         {"raw_bytes", t.raw_bytes},
-                         {"stored_bytes", t.stored_bytes},
-                         {"encoding", t.encoding},
-                         {"shard", t.shard},
-                         {"offset", t.offset},
-                         {"xxh3", absl::StrFormat("%016x", t.xxh3)}});
-    }
+    for (const TensorInfo& t : reader.tensors()) tensors.push_back(Json::parse(TensorInfoJson(t)));
     Json extras = Json::parse(reader.extras_json(), nullptr, /*allow_exceptions=*/false);
     if (extras.is_discarded()) extras = reader.extras_json();
     output.PrintJson({{"step", reader.step()},

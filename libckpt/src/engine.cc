@@ -364,6 +364,7 @@ class EngineImpl final : public Engine {
     s.staging_bytes = pool_.count() * pool_.chunk_bytes();
     s.staging_bytes_free = pool_.free_count() * pool_.chunk_bytes();
     s.staging_memory = PinKindName(pool_.pin_kind());
+    s.backend = backend_.description;
     return s;
   }
 
@@ -459,7 +460,7 @@ class EngineImpl final : public Engine {
     snapshot.staging_bytes = pool_.count() * pool_.chunk_bytes();
     if (!outcome.ok()) Log(LogLevel::kError, outcome.message());
     if (metrics_.has_jsonl()) {
-      absl::Status m = metrics_.AppendJsonLine(SaveStatsJson(s, outcome));
+      absl::Status m = metrics_.AppendJsonLine(SaveMetricsLine(s, outcome));
       if (!m.ok()) Log(LogLevel::kWarning, absl::StrCat("metrics log: ", m.message()));
     }
     if (metrics_.has_prometheus()) {

@@ -34,7 +34,7 @@ absl::StatusOr<uint64_t> TensorBytes(DType dtype, const std::vector<int64_t>& sh
 absl::StatusOr<AlignedBytes> AlignedBytes::Allocate(size_t size, bool prefault) {
   AlignedBytes bytes;
   bytes.size_ = size;
-  bytes.capacity_ = (size + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
+  bytes.capacity_ = AlignUp(size);
   if (bytes.capacity_ < size) return absl::ResourceExhaustedError("allocation size overflows");
   if (bytes.capacity_ == 0) return bytes;
   void* p = nullptr;

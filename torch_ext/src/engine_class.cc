@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "ckpt/json.h"
 #include "tensor_convert.h"
 #include "torch_status.h"
 
@@ -48,25 +49,6 @@ void GetChoice(const json& obj, const char* key,
   }
   TORCH_CHECK_VALUE(false, "ckpt: engine option \"", key, "\" is \"", text, "\"; expected one of ",
                     allowed);
-}
-
-json StatsToJson(const SaveStats& s) {
-  return json{{"step", s.step},
-              {"dir", s.dir},
-              {"skipped", s.skipped},
-              {"kind", s.kind},
-              {"tensor_bytes", s.tensor_bytes},
-              {"file_bytes", s.file_bytes},
-              {"tensor_count", s.tensor_count},
-              {"shard_count", s.shard_count},
-              {"blocked_s", s.blocked_s},
-              {"blocked_cpu_s", s.blocked_cpu_s},
-              {"staging_s", s.staging_s},
-              {"staging_wait_s", s.staging_wait_s},
-              {"persist_s", s.persist_s},
-              {"seconds", s.seconds},
-              {"persist_gbps", s.persist_gbps},
-              {"backend", s.backend}};
 }
 
 }  // namespace
@@ -188,7 +170,7 @@ bool SaveHandleHolder::Done() {
   return done;
 }
 
-std::string SaveHandleHolder::StatsJson() const { return StatsToJson(handle_->stats()).dump(); }
+std::string SaveHandleHolder::StatsJson() const { return SaveStatsJson(handle_->stats()); }
 
 EngineHolder::EngineHolder(const std::string& root, const std::string& options_json) {
   EngineOptions options = ParseEngineOptions(options_json);
@@ -222,22 +204,6 @@ void EngineHolder::Close(bool cancel) {
                "ckpt: close: ");
 }
 
-std::string EngineHolder::StatsJson() const {
-  EngineStats s = engine_->stats();
-  json out{{"saves_started", s.saves_started},
-           {"saves_committed", s.saves_committed},
-           {"saves_failed", s.saves_failed},
-           {"saves_skipped", s.saves_skipped},
-           {"bytes_committed", s.bytes_committed},
-           {"watchdog_stalls", s.watchdog_stalls},
-           {"saves_given_up", s.saves_given_up},
-           {"saves_in_flight", s.saves_in_flight},
-           {"staging_bytes", s.staging_bytes},
-           {"staging_bytes_free", s.staging_bytes_free},
-           {"staging_memory", s.staging_memory},
-           {"backend", std::string(engine_->backend())},
-           {"last", StatsToJson(s.last)}};
-  return out.dump();
-}
+std::string EngineHolder::StatsJson() const { return EngineStatsJson(engine_->stats()); }
 
 }  // namespace ckpt::torch_ext

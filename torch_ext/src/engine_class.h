@@ -51,7 +51,7 @@ class SaveHandleHolder : public torch::CustomClassHolder {
   void Wait();
   bool Done();
   bool Skipped() const { return handle_->skipped(); }
-  // SaveStats as a JSON object (complete once `Done()`).
+  // SaveStats as a JSON object (ckpt/json.h; complete once `Done()`).
   std::string StatsJson() const;
 
  private:
@@ -79,7 +79,7 @@ class EngineHolder : public torch::CustomClassHolder {
   // Stops the engine (waiting for, or with `cancel` abandoning, saves in
   // flight); raises the first background error no handle reported.
   void Close(bool cancel);
-  // EngineStats as a JSON object.
+  // EngineStats as a JSON object (ckpt/json.h).
   std::string StatsJson() const;
   std::string root() const { return engine_->root(); }
   std::string backend() const { return std::string(engine_->backend()); }

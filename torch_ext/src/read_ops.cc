@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/catalog.h"
+#include "ckpt/json.h"
 #include "ckpt/newest.h"
 #include "ckpt/reader.h"
 #include "tensor_convert.h"
@@ -132,15 +133,7 @@ std::string DescribeStep(const std::string& root, std::optional<int64_t> step) {
   if (step.has_value() && *step < 0) step.reset();
   std::unique_ptr<Reader> reader = OpenOrThrow(root, step);
   nlohmann::json tensors = nlohmann::json::array();
-  for (const TensorInfo& t : reader->tensors()) {
-    tensors.push_back({{"name", t.name},
-                       {"dtype", std::string(DTypeName(t.dtype))},
-                       {"shape", t.shape},
-                       {"raw_bytes", t.raw_bytes},
-                       {"stored_bytes", t.stored_bytes},
-                       {"encoding", t.encoding},
-                       {"error_bound", t.error_bound}});
-  }
+  for (const TensorInfo& t : reader->tensors()) tensors.push_back(nlohmann::json::parse(TensorInfoJson(t)));
   nlohmann::json out{{"step", reader->step()},
                      {"dir", reader->dir()},
                      {"extras", nlohmann::json::parse(reader->extras_json(), nullptr, false)},

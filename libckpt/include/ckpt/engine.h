@@ -67,6 +67,7 @@ struct EngineStats {
   size_t staging_bytes = 0;       // size of the staging pool now
   size_t staging_bytes_free = 0;
   std::string staging_memory;     // "cudaHostRegister", "mlock" or "pageable"
+  std::string backend;            // the engine's I/O, e.g. "io_uring+O_DIRECT"
   SaveStats last;                 // the last save that finished (any outcome)
 };
 

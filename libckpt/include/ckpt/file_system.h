@@ -32,6 +32,16 @@ namespace ckpt {
 // Block size and alignment of O_DIRECT buffers, offsets and lengths.
 inline constexpr size_t kDirectIoAlignment = 4096;
 
+// `n` rounded up to a multiple of `alignment` (> 0): sizes of O_DIRECT
+// buffers, record offsets.
+constexpr uint64_t AlignUp(uint64_t n, uint64_t alignment = kDirectIoAlignment) {
+  return (n + alignment - 1) / alignment * alignment;
+}
+// `n` rounded down to a multiple of `alignment` (> 0).
+constexpr uint64_t AlignDown(uint64_t n, uint64_t alignment = kDirectIoAlignment) {
+  return n / alignment * alignment;
+}
+
 struct OpenOptions {
   bool read = true;
   bool write = false;

@@ -20,7 +20,7 @@
 #include "read/load_manifest.h"
 #include "util/log.h"
 #include "util/status_macros.h"
-#include "util/align.h"
+#include "ckpt/file_system.h"
 
 namespace ckpt {
 namespace {
@@ -59,24 +59,8 @@ Manifest FullManifest(const Manifest& delta, const std::vector<PlannedShard>& pl
   full.created_unix_ns = delta.created_unix_ns;
   full.writer = delta.writer;
   full.extras_json = delta.extras_json;
-  full.tensors.resize(delta.tensors.size());
-  for (const PlannedShard& shard : plan) {
-    full.shards.push_back(ShardInfo{shard.file, shard.file_bytes});
-    for (const PlannedRecord& r : shard.records) {
-      const TensorInfo& from = delta.tensors[r.tensor];
-      TensorInfo& t = full.tensors[r.tensor];
-      t.name = from.name;
-      t.dtype = from.dtype;
-      t.shape = from.shape;
-      t.raw_bytes = from.raw_bytes;
-      t.stored_bytes = from.raw_bytes;
-      t.encoding = "raw";
-      t.shard = shard.file;
-      t.offset = r.offset;
-      t.xxh3 = from.xxh3;
-      t.error_bound = from.error_bound;
-    }
-  }
+  full.tensors = delta.tensors;  // names, shapes, restored checksums, error bounds
+  for (const PlannedShard& shard : plan) PlaceRawRecords(shard, shard.file_bytes, &full);
   return full;
 }
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "format/json_forms.h"
 #include "absl/strings/str_format.h"
 #include "io/io_executor.h"
 #include "io/small_file.h"
@@ -10,25 +11,12 @@
 
 namespace ckpt::internal {
 
-std::string SaveStatsJson(const SaveStats& s, const absl::Status& status) {
+std::string SaveMetricsLine(const SaveStats& s, const absl::Status& status) {
   nlohmann::ordered_json j;
-  j["step"] = s.step;
   j["outcome"] = s.skipped ? "skipped" : status.ok() ? "committed" : "failed";
   if (!status.ok()) j["error"] = std::string(status.ToString());
-  j["dir"] = s.dir;
-  j["tensor_bytes"] = s.tensor_bytes;
-  j["file_bytes"] = s.file_bytes;
-  j["tensors"] = s.tensor_count;
-  j["shards"] = s.shard_count;
-  j["blocked_s"] = s.blocked_s;
-  j["blocked_cpu_s"] = s.blocked_cpu_s;
-  j["staging_s"] = s.staging_s;
-  j["staging_wait_s"] = s.staging_wait_s;
-  j["persist_s"] = s.persist_s;
-  j["total_s"] = s.seconds;
-  j["persist_gbps"] = s.persist_gbps;
-  j["backend"] = s.backend;
-  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  j.update(SaveStatsObject(s));
+  return DumpJson(j);
 }
 
 std::string PrometheusText(const EngineStats& s, const std::string& root) {

@@ -11,8 +11,10 @@
 
 namespace ckpt::internal {
 
-// One JSON object (no newline) describing a finished save.
-std::string SaveStatsJson(const SaveStats& stats, const absl::Status& status);
+// One JSON object (no newline) describing a finished save: "outcome"
+// ("committed", "failed" or "skipped"), "error" when it failed, then the
+// members of `SaveStatsJson` (ckpt/stats_json.h).
+std::string SaveMetricsLine(const SaveStats& stats, const absl::Status& status);
 
 // The engine's figures in the Prometheus text exposition format, metric
 // names prefixed `ckpt_`, labelled with the root.

@@ -282,7 +282,6 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     const PlannedShard& shard = job.plan[i];
     ShardLayout layout{shard.file_bytes, shard.padded_bytes};
     if (encoder != nullptr) layout = encoder->shards()[i];
-    manifest.shards.push_back(ShardInfo{shard.file, layout.file_bytes});
     for (const PlannedRecord& r : shard.records) {
       const TensorView& t = job.tensors[r.tensor];
       TensorInfo& info = manifest.tensors[r.tensor];
@@ -290,20 +289,19 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
       info.dtype = t.dtype;
       info.shape = t.shape;
       info.raw_bytes = t.nbytes;
-      info.shard = shard.file;
       info.xxh3 = job.hashes[r.tensor];
-      if (encoder != nullptr) {
-        const RecordLayout& rl = encoder->records()[r.tensor];
-        info.offset = rl.offset;
-        info.stored_bytes = rl.stored_bytes;
-        info.encoding = rl.encoding;
-        info.error_bound = rl.error_bound;
-        if (encoder->restored_hashes()[r.tensor] != 0) info.xxh3 = encoder->restored_hashes()[r.tensor];
-      } else {
-        info.offset = r.offset;
-        info.stored_bytes = t.nbytes;
-        info.encoding = "raw";
-      }
+    }
+    PlaceRawRecords(shard, layout.file_bytes, &manifest);
+    // An encoded record lies where the encoder put it, as it was encoded.
+    for (const PlannedRecord& r : shard.records) {
+      if (encoder == nullptr) break;
+      TensorInfo& info = manifest.tensors[r.tensor];
+      const RecordLayout& rl = encoder->records()[r.tensor];
+      info.offset = rl.offset;
+      info.stored_bytes = rl.stored_bytes;
+      info.encoding = rl.encoding;
+      info.error_bound = rl.error_bound;
+      if (encoder->restored_hashes()[r.tensor] != 0) info.xxh3 = encoder->restored_hashes()[r.tensor];
     }
     if (layout.file_bytes != layout.padded_bytes) {
       CKPT_RETURN_IF_ERROR(files[i]->Truncate(layout.file_bytes));

@@ -1,16 +1,17 @@
 #include "format/manifest.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <limits>
 #include <tuple>
+
+#include <nlohmann/json.hpp>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "delta/delta_codec.h"
+#include "format/json_forms.h"
 #include "format/names.h"
 #include "util/hash.h"
 
@@ -138,6 +139,17 @@ uint64_t Manifest::shard_bytes() const {
   return sum;
 }
 
+void PlaceRawRecords(const PlannedShard& shard, uint64_t file_bytes, Manifest* manifest) {
+  manifest->shards.push_back(ShardInfo{shard.file, file_bytes});
+  for (const PlannedRecord& r : shard.records) {
+    TensorInfo& t = manifest->tensors[r.tensor];
+    t.shard = shard.file;
+    t.offset = r.offset;
+    t.stored_bytes = t.raw_bytes;
+    t.encoding = "raw";
+  }
+}
+
 absl::StatusOr<std::string> SerializeManifest(Manifest* manifest) {
   const Manifest& m = *manifest;
   Json j;
@@ -167,16 +179,8 @@ absl::StatusOr<std::string> SerializeManifest(Manifest* manifest) {
   j["shards"] = std::move(shards);
   Json tensors = Json::array();
   for (const TensorInfo& t : m.tensors) {
-    tensors.push_back({{"name", t.name},
-                       {"dtype", std::string(DTypeName(t.dtype))},
-                       {"shape", t.shape},
-                       {"shard", t.shard},
-                       {"offset", t.offset},
-                       {"raw_bytes", t.raw_bytes},
-                       {"stored_bytes", t.stored_bytes},
-                       {"encoding", t.encoding},
-                       {"xxh3", HashToHex(t.xxh3)}});
-    if (t.error_bound != 0) tensors.back()["error_bound"] = t.error_bound;
+    tensors.push_back(TensorInfoObject(t));
+    if (t.error_bound == 0) tensors.back().erase("error_bound");  // only lossy records carry one
   }
   j["tensors"] = std::move(tensors);
   std::string text;

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/reader.h"
+#include "format/shard_plan.h"
 
 namespace ckpt::internal {
 
@@ -60,6 +61,14 @@ struct Manifest {
   uint64_t tensor_bytes() const;
   uint64_t shard_bytes() const;
 };
+
+// Records the planned shard `shard` in `manifest`: appends it to `shards`
+// (`file_bytes` long) and places each of its tensors' records raw at their
+// planned offsets (`shard`, `offset`, `stored_bytes = raw_bytes`, "raw").
+// `manifest->tensors[r.tensor]` must already say what each tensor is (name,
+// dtype, shape, raw_bytes, xxh3); a writer that encoded a record overrides
+// where and how it is stored afterwards.
+void PlaceRawRecords(const PlannedShard& shard, uint64_t file_bytes, Manifest* manifest);
 
 // The manifest as file contents: JSON whose last member, "manifest_xxh3", is
 // the XXH3-64 of every byte before the comma that precedes it.

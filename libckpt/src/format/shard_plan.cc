@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "format/manifest.h"
 #include "format/names.h"
-#include "util/align.h"
+#include "ckpt/file_system.h"
 
 namespace ckpt::internal {
 namespace {

@@ -12,7 +12,7 @@
 #include "io/io_executor.h"
 #include "util/hash.h"
 #include "util/status_macros.h"
-#include "util/align.h"
+#include "ckpt/file_system.h"
 
 namespace ckpt::internal {
 namespace {

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "util/status_macros.h"
-#include "util/align.h"
+#include "ckpt/file_system.h"
 
 namespace ckpt::internal {
 namespace {

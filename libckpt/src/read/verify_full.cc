@@ -9,7 +9,7 @@
 #include "read/decode_record.h"
 #include "util/hash.h"
 #include "util/status_macros.h"
-#include "util/align.h"
+#include "ckpt/file_system.h"
 
 namespace ckpt::internal {
 

@@ -1,0 +1,80 @@
+#include "format/json_forms.h"
+
+#include "ckpt/json.h"
+#include "util/hash.h"
+
+namespace ckpt {
+namespace internal {
+
+nlohmann::ordered_json SaveStatsObject(const SaveStats& s) {
+  nlohmann::ordered_json j;
+  j["step"] = s.step;
+  j["dir"] = s.dir;
+  j["skipped"] = s.skipped;
+  j["kind"] = s.kind;
+  j["tensor_bytes"] = s.tensor_bytes;
+  j["file_bytes"] = s.file_bytes;
+  j["tensor_count"] = s.tensor_count;
+  j["shard_count"] = s.shard_count;
+  j["blocked_s"] = s.blocked_s;
+  j["blocked_cpu_s"] = s.blocked_cpu_s;
+  j["staging_s"] = s.staging_s;
+  j["staging_wait_s"] = s.staging_wait_s;
+  j["persist_s"] = s.persist_s;
+  j["seconds"] = s.seconds;
+  j["persist_gbps"] = s.persist_gbps;
+  j["backend"] = s.backend;
+  return j;
+}
+
+nlohmann::ordered_json EngineStatsObject(const EngineStats& s) {
+  nlohmann::ordered_json j;
+  j["saves_started"] = s.saves_started;
+  j["saves_committed"] = s.saves_committed;
+  j["saves_failed"] = s.saves_failed;
+  j["saves_skipped"] = s.saves_skipped;
+  j["bytes_committed"] = s.bytes_committed;
+  j["watchdog_stalls"] = s.watchdog_stalls;
+  j["saves_given_up"] = s.saves_given_up;
+  j["saves_in_flight"] = s.saves_in_flight;
+  j["staging_bytes"] = s.staging_bytes;
+  j["staging_bytes_free"] = s.staging_bytes_free;
+  j["staging_memory"] = s.staging_memory;
+  j["backend"] = s.backend;
+  j["last"] = SaveStatsObject(s.last);
+  return j;
+}
+
+nlohmann::ordered_json TensorInfoObject(const TensorInfo& t) {
+  nlohmann::ordered_json j = {{"name", t.name},
+                              {"dtype", std::string(DTypeName(t.dtype))},
+                              {"shape", t.shape},
+                              {"shard", t.shard},
+                              {"offset", t.offset},
+                              {"raw_bytes", t.raw_bytes},
+                              {"stored_bytes", t.stored_bytes},
+                              {"encoding", t.encoding},
+                              {"xxh3", HashToHex(t.xxh3)},
+                              {"error_bound", t.error_bound}};
+  return j;
+}
+
+std::string DumpJson(const nlohmann::ordered_json& object) {
+  return object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace internal
+
+std::string SaveStatsJson(const SaveStats& stats) {
+  return internal::DumpJson(internal::SaveStatsObject(stats));
+}
+
+std::string EngineStatsJson(const EngineStats& stats) {
+  return internal::DumpJson(internal::EngineStatsObject(stats));
+}
+
+std::string TensorInfoJson(const TensorInfo& tensor) {
+  return internal::DumpJson(internal::TensorInfoObject(tensor));
+}
+
+}  // namespace ckpt
