@@ -6,6 +6,7 @@ import json
 import math
 import numbers
 import os
+import re
 import threading
 import time
 import weakref
@@ -68,6 +69,16 @@ def _flag(name, value):
     return bool(value)
 
 
+def _earlier_failure(error, prefix):
+    """Whether `error`, raised by the engine's SaveAsync or Close, is the
+    engine's once-only report of an earlier save's failure: its message is
+    `prefix` ("ckpt: save of step 8" or "ckpt: close"), the status code and
+    the engine's fixed words (libckpt/src/engine.cc, TakeUnreportedError).
+    Every other error of those calls starts with other fixed words ("step",
+    "tensor", "engine for", ...), so no root or tensor name can look like one."""
+    return re.match(re.escape(prefix) + r": [A-Z_]+: an earlier save failed: ", str(error)) is not None
+
+
 class _Future(concurrent.futures.Future):
     """A Future that tells its owner when its exception was handed to the caller
     (by result() or exception()), so the error is reported only once."""
@@ -125,6 +136,7 @@ class _Saves:
         self._to_persist = collections.deque()  # saves whose durability nobody waits for yet
         self._pending = []  # saves whose upload_completion is not set yet, in start order
         self._unseen = []  # failed saves whose error nobody saw yet, in start order
+        self._failures = 0  # saves failed so far
         self._threads = {}  # name -> threading.Thread
         self._stopping = False
 
@@ -183,8 +195,10 @@ class _Saves:
             if resp not in self._pending:
                 return
             self._pending.remove(resp)
-            if error is not None and not resp._seen:
-                self._unseen.append(resp)
+            if error is not None:
+                self._failures += 1
+                if not resp._seen:
+                    self._unseen.append(resp)
             self._cond.notify_all()
         if error is None:
             resp.upload_completion.set_result(stats)
@@ -212,6 +226,23 @@ class _Saves:
     def pending(self):
         with self._cond:
             return list(self._pending)
+
+    def catch_up(self):
+        """Waits until the saves the engine has finished are settled here (the
+        waiters settle them at once), so their errors are recorded."""
+        if not self.on_own_thread():
+            done = [r.upload_completion for r in self.pending() if r._handle.done()]
+            concurrent.futures.wait(done)
+
+    def failures(self):
+        with self._cond:
+            return self._failures
+
+    def wait_for_failure(self, since):
+        """Blocks until more than `since` saves have failed (to wait for the
+        record of a save the engine reported failed: it comes at once)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._failures > since)
 
     def on_own_thread(self):
         with self._cond:
@@ -292,8 +323,15 @@ class Checkpointer:
         name, or a value other than None, bool, int, finite float, str or
         os.PathLike, raises ValueError naming it before anything is opened.
 
-    Errors of a save are raised by its response's result() and, if nobody
-    saw them there, by the next save_async() (or close()).
+    Each failed save's error is raised once: by its response (result() or
+    exception() of either future) if the caller looks there first, otherwise
+    by the first save_async(), wait() or close() after it failed, and never
+    again. Each such call raises one, the oldest; close() raises the oldest
+    and names the others in notes (Python 3.11+); close(cancel=True) raises
+    none of the saves it abandons. That record is this class's alone (see
+    _Saves): the engine's own once-only report of an earlier failure, which
+    SaveAsync or Close return when no handle reported it yet (the waiter
+    thread was about to), is only a sign to wait for the waiter's record.
     """
 
     def __init__(self, root, delta="none", topk_ratio=0.01, full_every=10, lazy=False,
@@ -334,38 +372,47 @@ class Checkpointer:
         staged (or at once with lazy=True). Raises TypeError/ValueError,
         writing nothing, if `state` holds a value that cannot be saved (e.g. a
         DTensor or another tensor subclass, naming where it is); raises the
-        unreported error of an earlier save.
+        oldest unseen error of an earlier save, starting nothing.
         """
         start = time.perf_counter()
+        self._saves.catch_up()  # a save that failed by now is reported now
         self._raise_unseen()
         step = int(step)
         names, tensors, meta = _tree.flatten(state)
         extras = json.dumps({EXTRAS_KEY: meta}, ensure_ascii=False, allow_nan=False)
         resp = AsyncSaveResponse(step, self._saves.seen)
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("ckpt: save_async after close()")
-            try:
-                with translate():
-                    resp._handle = torch.ops.ckpt.save_async(self._engine, step, names, tensors,
-                                                             extras)
-            except Exception:
-                # The library reports an earlier save's error here once; those
-                # saves are failed, so their errors count as reported.
-                if not self._saves.on_own_thread():
-                    concurrent.futures.wait([r.upload_completion for r in self._saves.pending()])
-                    self._saves.take_unseen()
-                raise
-            resp.blocked_s = time.perf_counter() - start
-            skipped = resp._handle.skipped()
-            if skipped or not self.lazy:  # (no callbacks yet: nobody has resp)
-                resp.staging_completion.set_result(None)
-            if skipped:
-                resp._handle.done()  # (true; drops the inputs the handle held)
-                resp.upload_completion.set_result(json.loads(resp._handle.stats_json()))
-            else:
-                self._saves.add(resp, self.lazy)
-            return resp
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("ckpt: save_async after close()")
+                failures = self._saves.failures()
+                try:
+                    with translate():
+                        resp._handle = torch.ops.ckpt.save_async(self._engine, step, names, tensors,
+                                                                 extras)
+                except Exception as e:
+                    if not _earlier_failure(e, f"ckpt: save of step {step}") or \
+                            self._saves.on_own_thread():
+                        raise
+                else:
+                    resp.blocked_s = time.perf_counter() - start
+                    skipped = resp._handle.skipped()
+                    if skipped or not self.lazy:  # (no callbacks yet: nobody has resp)
+                        resp.staging_completion.set_result(None)
+                    if skipped:
+                        resp._handle.done()  # (true; drops the inputs the handle held)
+                        resp.upload_completion.set_result(json.loads(resp._handle.stats_json()))
+                    else:
+                        self._saves.add(resp, self.lazy)
+                    return resp
+            # The engine reported an earlier save's error that no handle had
+            # reported yet: its waiter was about to. Wait for the waiter's
+            # record and raise that (if nobody saw it meanwhile), so that the
+            # error is raised once; else start the save again. (On a waiter
+            # thread, in a done-callback, the engine's copy is raised above:
+            # the waiter cannot wait for itself.)
+            self._saves.wait_for_failure(failures)
+            self._raise_unseen()
 
     def reserve(self, state, wait=False):
         """Allocates and pre-faults the staging memory a save of `state` needs, in the
@@ -402,7 +449,7 @@ class Checkpointer:
     # -- state ------------------------------------------------------------
 
     def wait(self):
-        """Waits for every save in flight; raises the first unreported error."""
+        """Waits for every save in flight; raises the oldest unseen error."""
         self._wait_pending("wait()")
         self._raise_unseen()
 
@@ -416,7 +463,9 @@ class Checkpointer:
 
     def close(self, cancel=False):
         """Waits for saves in flight (or abandons them with cancel=True) and stops
-        the engine and the waiter threads. Raises the first error nobody saw.
+        the engine and the waiter threads. Raises the oldest unseen error, the
+        other unseen ones added as notes; with cancel=True, only of saves that
+        had failed before (the abandoned ones' errors stay on their responses).
         Idempotent."""
         if not cancel:
             self._refuse_in_callback("close()")  # (leaving the Checkpointer open)
@@ -424,17 +473,32 @@ class Checkpointer:
             if self._closed:
                 return
             self._closed = True
+        abandoned = self._saves.pending() if cancel else []  # (final: no save starts now)
         try:
             if not cancel:
                 self._wait_pending("close()")
-            with translate():
-                self._engine.close(cancel)
+            try:
+                with translate():
+                    self._engine.close(cancel)
+            except Exception as e:
+                # Close returns no other error than the engine's report of a
+                # save whose handle had not reported it yet (a cancelled one,
+                # or one its waiter was about to wait for): the waiter records
+                # it, and the record is what counts, below.
+                if not _earlier_failure(e, "ckpt: close"):
+                    raise
         finally:
             # The engine finished every save: the waiters drain their queues.
             self._saves.stop()
             self._saves.join()
-        if not cancel:
-            self._raise_unseen()
+        unseen = [r for r in self._saves.take_unseen() if r not in abandoned]
+        if not unseen:
+            return
+        first = _error(unseen[0])
+        if hasattr(first, "add_note"):  # Python 3.11+
+            for resp in unseen[1:]:
+                first.add_note(f"ckpt: another save failed unseen: {_error(resp)}")
+        raise first
 
     def __enter__(self):
         return self
