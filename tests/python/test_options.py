@@ -1,4 +1,6 @@
 """Checkpointer options reach the engine: compression, top-k deltas, skip when busy."""
+import os
+
 import pytest
 import torch
 
@@ -40,7 +42,6 @@ def test_invalid_option_values_are_refused(root):
 
 
 def test_options_are_checked_before_they_are_serialized(root, tmp_path):
-    import os
     with pytest.raises(ValueError, match='unknown engine option "some_unknown"'):
         ckpt.Checkpointer(root, some_unknown=object())
     with pytest.raises(ValueError, match='engine option "chunk_bytes" is .*object'):
@@ -56,6 +57,19 @@ def test_options_are_checked_before_they_are_serialized(root, tmp_path):
     with ckpt.Checkpointer(root, metrics_jsonl_path=tmp_path / "m.jsonl") as cp:  # os.PathLike
         cp.save(1, {"x": torch.ones(1)})
     assert (tmp_path / "m.jsonl").exists()
+
+
+@pytest.mark.parametrize("value", [object(), b"wait", ["wait"], {"a": 1}, {1, 2}, 1j, float("-inf")],
+                         ids=["object", "bytes", "list", "dict", "set", "complex", "-inf"])
+def test_option_values_json_cannot_hold_are_refused_naming_the_option(root, value):
+    # json.dumps would raise TypeError (or write -Infinity) for these: each is
+    # refused first, with a ValueError that names the option.
+    for name in ("when_busy", "metrics_jsonl_path", "queue_depth"):
+        with pytest.raises(ValueError, match=f'engine option "{name}" is '):
+            ckpt.Checkpointer(root, **{name: value})
+    with pytest.raises(ValueError, match='unknown engine option "no_such_option"'):
+        ckpt.Checkpointer(root, no_such_option=value)
+    assert not os.path.exists(root)
 
 
 def test_skip_when_busy_reports_skipped_saves(root):

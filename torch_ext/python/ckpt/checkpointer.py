@@ -1,10 +1,12 @@
 """Checkpointer: asynchronous saves of a nested training state."""
 import atexit
+import collections
 import concurrent.futures
 import json
 import math
 import numbers
 import os
+import re
 import threading
 import time
 import weakref
@@ -67,6 +69,16 @@ def _flag(name, value):
     return bool(value)
 
 
+def _earlier_failure(error, prefix):
+    """Whether `error`, raised by the engine's SaveAsync or Close, is the
+    engine's once-only report of an earlier save's failure: its message is
+    `prefix` ("ckpt: save of step 8" or "ckpt: close"), the status code and
+    the engine's fixed words (libckpt/src/engine.cc, TakeUnreportedError).
+    Every other error of those calls starts with other fixed words ("step",
+    "tensor", "engine for", ...), so no root or tensor name can look like one."""
+    return re.match(re.escape(prefix) + r": [A-Z_]+: an earlier save failed: ", str(error)) is not None
+
+
 class _Future(concurrent.futures.Future):
     """A Future that tells its owner when its exception was handed to the caller
     (by result() or exception()), so the error is reported only once."""
@@ -90,6 +102,170 @@ class _Future(concurrent.futures.Future):
         return e
 
 
+class _Saves:
+    """The saves of one Checkpointer from save_async until their outcome, the
+    threads that wait for them, and the failed saves whose error was neither
+    seen on their response nor raised by the Checkpointer yet ("unseen").
+
+    One daemon thread, "ckpt-waiter", waits for the saves to be durable in
+    the order they were started and completes their upload_completion. The
+    engine commits saves in that order (it persists them one at a time), so
+    no save's completion waits behind a later one's. Lazy saves also get one
+    "ckpt-stage-waiter", which waits for their staging in the same order (the
+    engine stages them in order, on one thread) and completes
+    staging_completion: a lazy save is often staged while the save before it
+    is still being written, and its staging_completion must not wait for that
+    write, as it would behind a single waiter blocked on the earlier save's
+    durability. Each thread starts with the first save that needs it and
+    exits once stop() was called and its queue is empty. They hold no
+    reference to the Checkpointer, so one dropped without close() can be
+    collected (its finalizer calls stop()).
+
+    A skipped save (when_busy="skip") is complete when save_async returns and
+    is never queued, so it does not wait behind the saves in flight.
+
+    The futures' done-callbacks run on these threads, so a slow callback
+    delays the saves after it, and a callback must not wait for another save
+    of the same Checkpointer (wait() and close() refuse to from there while
+    saves are pending).
+    """
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._to_stage = collections.deque()  # lazy saves whose staging nobody waits for yet
+        self._to_persist = collections.deque()  # saves whose durability nobody waits for yet
+        self._pending = []  # saves whose upload_completion is not set yet, in start order
+        self._unseen = []  # failed saves whose error nobody saw yet, in start order
+        self._failures = 0  # saves failed so far
+        self._threads = {}  # name -> threading.Thread
+        self._stopping = False
+
+    def add(self, resp, lazy):
+        with self._cond:
+            self._pending.append(resp)
+            self._to_persist.append(resp)
+            self._start("ckpt-waiter", self._to_persist, self._wait_durable)
+            if lazy:
+                self._to_stage.append(resp)
+                self._start("ckpt-stage-waiter", self._to_stage, self._wait_staged)
+            self._cond.notify_all()
+
+    def _start(self, name, queue, wait_one):  # REQUIRES: self._cond held
+        if name not in self._threads:
+            t = threading.Thread(target=self._run, args=(queue, wait_one), name=name, daemon=True)
+            t.start()
+            self._threads[name] = t
+
+    def _run(self, queue, wait_one):
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: queue or self._stopping)
+                if not queue:
+                    return
+                resp = queue.popleft()
+            wait_one(resp)
+
+    def _wait_staged(self, resp):
+        try:
+            with translate():
+                resp._handle.wait_staged()
+        except BaseException as e:  # noqa: BLE001 -- handed to the futures
+            self._settle(resp, e)  # upload_completion fails too, now: it cannot commit
+            return
+        resp.staging_completion.set_result(None)
+
+    def _wait_durable(self, resp):
+        error = stats = None
+        try:
+            with translate():
+                resp._handle.wait()
+            stats = json.loads(resp._handle.stats_json())
+        except BaseException as e:  # noqa: BLE001 -- handed to the futures
+            error = e
+        # staging_completion comes first. It is done (eager), or the stage
+        # waiter sets it at once: the engine finished this save and, saves
+        # staging in order, every one before it.
+        concurrent.futures.wait([resp.staging_completion])
+        self._settle(resp, error, stats)
+
+    def _settle(self, resp, error, stats=None):
+        """Completes `resp` with `error` (recorded as unseen) or `stats`;
+        does nothing if it is complete already (its staging failed)."""
+        with self._cond:
+            if resp not in self._pending:
+                return
+            self._pending.remove(resp)
+            if error is not None:
+                self._failures += 1
+                if not resp._seen:
+                    self._unseen.append(resp)
+            self._cond.notify_all()
+        if error is None:
+            resp.upload_completion.set_result(stats)
+            return
+        if not resp.staging_completion.done():
+            resp.staging_completion.set_exception(error)
+        resp.upload_completion.set_exception(error)
+
+    def seen(self, resp):
+        """`resp`'s error was handed to the caller by its response."""
+        with self._cond:
+            resp._seen = True
+            if resp in self._unseen:
+                self._unseen.remove(resp)
+
+    def take_unseen(self, limit=None):
+        """The (first `limit`) unseen failed saves, oldest first, now counted as seen."""
+        with self._cond:
+            out = self._unseen[:limit]
+            del self._unseen[:len(out)]
+            for resp in out:
+                resp._seen = True
+        return out
+
+    def pending(self):
+        with self._cond:
+            return list(self._pending)
+
+    def catch_up(self):
+        """Waits until the saves the engine has finished are settled here (the
+        waiters settle them at once), so their errors are recorded."""
+        if not self.on_own_thread():
+            done = [r.upload_completion for r in self.pending() if r._handle.done()]
+            concurrent.futures.wait(done)
+
+    def failures(self):
+        with self._cond:
+            return self._failures
+
+    def wait_for_failure(self, since):
+        """Blocks until more than `since` saves have failed (to wait for the
+        record of a save the engine reported failed: it comes at once)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._failures > since)
+
+    def on_own_thread(self):
+        with self._cond:
+            return threading.current_thread() in self._threads.values()
+
+    def stop(self):
+        """The threads exit once their queues are empty."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
+    def join(self):
+        with self._cond:
+            threads = list(self._threads.values())
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join()
+
+
+def _error(resp):
+    return concurrent.futures.Future.exception(resp.upload_completion, 0)
+
+
 class AsyncSaveResponse:
     """One save in flight, shaped like torch.distributed.checkpoint's AsyncSaveResponse.
 
@@ -108,6 +284,8 @@ class AsyncSaveResponse:
         self.staging_completion = _Future(lambda: on_observed(self))
         self.upload_completion = _Future(lambda: on_observed(self))
         self.blocked_s = 0.0  # how long save_async held the caller
+        self._handle = None  # the extension's SaveHandle
+        self._seen = False  # its error was handed out (GUARDED_BY the Checkpointer's _Saves)
 
     def result(self, timeout=None):
         return self.upload_completion.result(timeout)
@@ -145,8 +323,15 @@ class Checkpointer:
         name, or a value other than None, bool, int, finite float, str or
         os.PathLike, raises ValueError naming it before anything is opened.
 
-    Errors of a save are raised by its response's result() and, if nobody
-    saw them there, by the next save_async() (or close()).
+    Each failed save's error is raised once: by its response (result() or
+    exception() of either future) if the caller looks there first, otherwise
+    by the first save_async(), wait() or close() after it failed, and never
+    again. Each such call raises one, the oldest; close() raises the oldest
+    and names the others in notes (Python 3.11+); close(cancel=True) raises
+    none of the saves it abandons. That record is this class's alone (see
+    _Saves): the engine's own once-only report of an earlier failure, which
+    SaveAsync or Close return when no handle reported it yet (the waiter
+    thread was about to), is only a sign to wait for the waiter's record.
     """
 
     def __init__(self, root, delta="none", topk_ratio=0.01, full_every=10, lazy=False,
@@ -168,10 +353,12 @@ class Checkpointer:
         self.lazy = bool(lazy)
         with translate():
             self._engine = torch.classes.ckpt.Engine(self.root, json.dumps(opts, allow_nan=False))
+        # Held while a save is started and queued, so the waiter's order is
+        # the engine's; GUARDED_BY: _closed.
         self._lock = threading.Lock()
-        self._inflight = []  # responses not yet done
-        self._failed = []  # responses that failed and whose error nobody saw yet
+        self._saves = _Saves()
         self._closed = False
+        weakref.finalize(self, self._saves.stop).atexit = False
         _live.add(self)
 
     # -- saving ---------------------------------------------------------
@@ -185,33 +372,47 @@ class Checkpointer:
         staged (or at once with lazy=True). Raises TypeError/ValueError,
         writing nothing, if `state` holds a value that cannot be saved (e.g. a
         DTensor or another tensor subclass, naming where it is); raises the
-        unreported error of an earlier save.
+        oldest unseen error of an earlier save, starting nothing.
         """
         start = time.perf_counter()
-        self._raise_unreported()
+        self._saves.catch_up()  # a save that failed by now is reported now
+        self._raise_unseen()
+        step = int(step)
         names, tensors, meta = _tree.flatten(state)
         extras = json.dumps({EXTRAS_KEY: meta}, ensure_ascii=False, allow_nan=False)
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("ckpt: save_async after close()")
-        resp = AsyncSaveResponse(int(step), self._mark_observed)
-        try:
-            with translate():
-                handle = torch.ops.ckpt.save_async(self._engine, int(step), names, tensors, extras)
-        except Exception:
-            # The library reports an earlier save's error here once; those
-            # saves are failed, so their errors count as reported.
-            self._drain_failed_quietly()
-            raise
-        resp.blocked_s = time.perf_counter() - start
-        resp._handle = handle
-        if not self.lazy:
-            resp.staging_completion.set_result(None)
-        with self._lock:
-            self._inflight.append(resp)
-        threading.Thread(target=self._watch, args=(resp, handle), daemon=True,
-                         name=f"ckpt-save-{step}").start()
-        return resp
+        resp = AsyncSaveResponse(step, self._saves.seen)
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("ckpt: save_async after close()")
+                failures = self._saves.failures()
+                try:
+                    with translate():
+                        resp._handle = torch.ops.ckpt.save_async(self._engine, step, names, tensors,
+                                                                 extras)
+                except Exception as e:
+                    if not _earlier_failure(e, f"ckpt: save of step {step}") or \
+                            self._saves.on_own_thread():
+                        raise
+                else:
+                    resp.blocked_s = time.perf_counter() - start
+                    skipped = resp._handle.skipped()
+                    if skipped or not self.lazy:  # (no callbacks yet: nobody has resp)
+                        resp.staging_completion.set_result(None)
+                    if skipped:
+                        resp._handle.done()  # (true; drops the inputs the handle held)
+                        resp.upload_completion.set_result(json.loads(resp._handle.stats_json()))
+                    else:
+                        self._saves.add(resp, self.lazy)
+                    return resp
+            # The engine reported an earlier save's error that no handle had
+            # reported yet: its waiter was about to. Wait for the waiter's
+            # record and raise that (if nobody saw it meanwhile), so that the
+            # error is raised once; else start the save again. (On a waiter
+            # thread, in a done-callback, the engine's copy is raised above:
+            # the waiter cannot wait for itself.)
+            self._saves.wait_for_failure(failures)
+            self._raise_unseen()
 
     def reserve(self, state, wait=False):
         """Allocates and pre-faults the staging memory a save of `state` needs, in the
@@ -230,57 +431,27 @@ class Checkpointer:
         """save_async(step, state).result(): returns once the checkpoint is durable."""
         return self.save_async(step, state).result()
 
-    def _watch(self, resp, handle):
-        try:
-            if not resp.staging_completion.done():
-                with translate():
-                    handle.wait_staged()
-                resp.staging_completion.set_result(None)
-            with translate():
-                handle.wait()
-            stats = json.loads(handle.stats_json())
-        except BaseException as e:  # noqa: BLE001 -- handed to the futures
-            with self._lock:
-                self._failed.append(resp)
-                if resp in self._inflight:
-                    self._inflight.remove(resp)
-            if not resp.staging_completion.done():
-                resp.staging_completion.set_exception(e)
-            resp.upload_completion.set_exception(e)
-            return
-        with self._lock:
-            if resp in self._inflight:
-                self._inflight.remove(resp)
-        resp.upload_completion.set_result(stats)
+    def _raise_unseen(self):
+        for resp in self._saves.take_unseen(limit=1):
+            raise _error(resp)
 
-    def _mark_observed(self, resp):
-        with self._lock:
-            if resp in self._failed:
-                self._failed.remove(resp)
+    def _refuse_in_callback(self, what):
+        """RuntimeError on a waiter thread (in a done-callback) while saves are
+        in flight: waiting for them there would never return."""
+        if self._saves.on_own_thread() and self._saves.pending():
+            raise RuntimeError(f"ckpt: {what} in a done-callback of a save would wait for the "
+                               "thread that runs the callback")
 
-    def _raise_unreported(self):
-        with self._lock:
-            if not self._failed:
-                return
-            resp = self._failed.pop(0)
-        raise concurrent.futures.Future.exception(resp.upload_completion, 0)
-
-    def _drain_failed_quietly(self):
-        with self._lock:
-            pending = list(self._inflight)
-        for r in pending:
-            concurrent.futures.wait([r.upload_completion])
-        with self._lock:
-            self._failed.clear()
+    def _wait_pending(self, what):
+        self._refuse_in_callback(what)
+        concurrent.futures.wait([r.upload_completion for r in self._saves.pending()])
 
     # -- state ------------------------------------------------------------
 
     def wait(self):
-        """Waits for every save in flight; raises the first unreported error."""
-        with self._lock:
-            pending = list(self._inflight)
-        concurrent.futures.wait([r.upload_completion for r in pending])
-        self._raise_unreported()
+        """Waits for every save in flight; raises the oldest unseen error."""
+        self._wait_pending("wait()")
+        self._raise_unseen()
 
     def stats(self):
         """Engine totals (a dict: saves_committed, bytes_committed, last, ...)."""
@@ -292,19 +463,42 @@ class Checkpointer:
 
     def close(self, cancel=False):
         """Waits for saves in flight (or abandons them with cancel=True) and stops
-        the engine. Raises the first error nobody saw. Idempotent."""
+        the engine and the waiter threads. Raises the oldest unseen error, the
+        other unseen ones added as notes; with cancel=True, only of saves that
+        had failed before (the abandoned ones' errors stay on their responses).
+        Idempotent."""
+        if not cancel:
+            self._refuse_in_callback("close()")  # (leaving the Checkpointer open)
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        if not cancel:
-            with self._lock:
-                pending = list(self._inflight)
-            concurrent.futures.wait([r.upload_completion for r in pending])
-        with translate():
-            self._engine.close(cancel)
-        if not cancel:
-            self._raise_unreported()
+        abandoned = self._saves.pending() if cancel else []  # (final: no save starts now)
+        try:
+            if not cancel:
+                self._wait_pending("close()")
+            try:
+                with translate():
+                    self._engine.close(cancel)
+            except Exception as e:
+                # Close returns no other error than the engine's report of a
+                # save whose handle had not reported it yet (a cancelled one,
+                # or one its waiter was about to wait for): the waiter records
+                # it, and the record is what counts, below.
+                if not _earlier_failure(e, "ckpt: close"):
+                    raise
+        finally:
+            # The engine finished every save: the waiters drain their queues.
+            self._saves.stop()
+            self._saves.join()
+        unseen = [r for r in self._saves.take_unseen() if r not in abandoned]
+        if not unseen:
+            return
+        first = _error(unseen[0])
+        if hasattr(first, "add_note"):  # Python 3.11+
+            for resp in unseen[1:]:
+                first.add_note(f"ckpt: another save failed unseen: {_error(resp)}")
+        raise first
 
     def __enter__(self):
         return self
