@@ -9,7 +9,7 @@ import torch
 
 from . import _lib, _tree
 from .checkpointer import EXTRAS_KEY
-from .errors import CheckpointError, error_for, translate, wrap
+from .errors import CheckpointError, translate, wrap
 
 _DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
            "int32": torch.int32, "int64": torch.int64, "float16": torch.float16,
