@@ -112,9 +112,10 @@ class LazyStager {
  public:
   explicit LazyStager(StagingPool* pool) : pool_(pool), thread_([this] { Run(); }) {}
   ~LazyStager() { Stop(); }
-  void Enqueue(std::shared_ptr<SaveJob> job) {
+  // `blocked_s` and `blocked_cpu_s`: how long `SaveAsync` held its caller.
+  void Enqueue(StagingRequest request, double blocked_s, double blocked_cpu_s) {
     MutexLock lock(&mu_);
-    jobs_.push_back(std::move(job));
+    jobs_.push_back(Queued{std::move(request), blocked_s, blocked_cpu_s});
   }
   void Stop() {
     {
@@ -130,21 +131,33 @@ class LazyStager {
     // so it is the loop's own work, done while the loop computes.
     BecomeBackgroundThread("ckpt-stage", 0);
     while (true) {
-      std::shared_ptr<SaveJob> job;
+      Queued next;
       {
         MutexLock lock(&mu_);
-        mu_.Await([this] { return stopping_ || !jobs_.empty(); });
+        mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || !jobs_.empty();
+        });
         if (jobs_.empty()) return;
-        job = std::move(jobs_.front());
+        next = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      job->FinishStaging(StageJob(*job, *pool_, job->copier, /*host=*/nullptr));
+      const std::shared_ptr<SaveJob> job = next.request.job;
+      StagingReport report = StageJob(std::move(next.request), *pool_, /*host=*/nullptr);
+      report.blocked_s = next.blocked_s;
+      report.blocked_cpu_s = next.blocked_cpu_s;
+      job->FinishStaging(std::move(report));
     }
   }
 
+  struct Queued {
+    StagingRequest request;
+    double blocked_s = 0;
+    double blocked_cpu_s = 0;
+  };
+
   StagingPool* const pool_;
   Mutex mu_;
-  std::deque<std::shared_ptr<SaveJob>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<Queued> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
@@ -235,10 +248,7 @@ class EngineImpl final : public Engine {
     if (in_flight == 0 && (pool_.count() < 2 || (options_.staging_bytes == 0 && pool_.count() < needed))) {
       CKPT_RETURN_IF_ERROR(pool_.Resize(std::max<size_t>(needed, 2), backend_.queue.get()));
     }
-    auto job = std::make_shared<SaveJob>(
-        step, std::string(extras_json), std::vector<TensorView>(tensors.begin(), tensors.end()),
-        std::move(plan), final_name, JoinPath(root_, TempDirName(step, NextNonce())));
-    job->start_time = start;
+    StagingRequest staging;
     for (const TensorView& t : tensors) {
       if (t.device == TensorView::Device::kCpu) continue;
       if (copier_ == nullptr) {
@@ -251,10 +261,10 @@ class EngineImpl final : public Engine {
         }
         copier_ = std::move(*copier);
       }
-      job->copier = copier_.get();
+      staging.device = copier_.get();
       break;
     }
-    if (job->copier != nullptr) {
+    if (staging.device != nullptr) {
       // The point the save's copies are ordered after: now, on this thread.
       std::vector<DeviceStream> streams;
       for (const TensorView& t : tensors) {
@@ -264,8 +274,17 @@ class EngineImpl final : public Engine {
           streams.push_back(ds);
         }
       }
-      CKPT_ASSIGN_OR_RETURN(job->stream_mark, job->copier->MarkCallerStreams(streams));
+      CKPT_ASSIGN_OR_RETURN(staging.mark, staging.device->MarkCallerStreams(streams));
     }
+    // An eager save of host tensors keeps its caller blocked while it copies;
+    // writing meanwhile would only slow that copy down (the CPU and memory
+    // bandwidth are shared) to gain the copy's few hundred milliseconds.
+    const bool defer_writes =
+        lazy_ == nullptr && staging.device == nullptr && !options_.write_during_eager_staging;
+    auto job = std::make_shared<SaveJob>(
+        step, std::string(extras_json), std::vector<TensorView>(tensors.begin(), tensors.end()),
+        std::move(plan), final_name, JoinPath(root_, TempDirName(step, NextNonce())), start,
+        defer_writes);
     if (options_.when_busy == EngineOptions::BusyPolicy::kSkip && in_flight > 0 &&
         pool_.free_count() < needed) {
       SaveStats stats;
@@ -287,25 +306,18 @@ class EngineImpl final : public Engine {
       inflight_.push_back(job);
       steps_in_flight_.insert(step);
     }
-    // An eager save of host tensors keeps its caller blocked while it copies;
-    // writing meanwhile would only slow that copy down (the CPU and memory
-    // bandwidth are shared) to gain the copy's few hundred milliseconds.
-    if (lazy_ == nullptr && job->copier == nullptr && !options_.write_during_eager_staging) {
-      job->DeferWritesUntilStaged();
-    }
     persister_->Enqueue(job);
+    staging.job = job;
     if (lazy_ != nullptr) {
-      job->blocked_s = SecondsSince(start);
-      job->blocked_cpu_s = ThreadCpuSeconds() - start_cpu;
-      lazy_->Enqueue(job);
+      lazy_->Enqueue(std::move(staging), SecondsSince(start), ThreadCpuSeconds() - start_cpu);
       return job;
     }
     // A staging failure (the persister failed meanwhile, or the engine is
     // closing) is reported by the handle, with the persister's reason.
-    absl::Status staged = StageJob(*job, pool_, job->copier, host_copier_.get());
-    job->blocked_s = SecondsSince(start);
-    job->blocked_cpu_s = ThreadCpuSeconds() - start_cpu;
-    job->FinishStaging(staged);
+    StagingReport staged = StageJob(std::move(staging), pool_, host_copier_.get());
+    staged.blocked_s = SecondsSince(start);
+    staged.blocked_cpu_s = ThreadCpuSeconds() - start_cpu;
+    job->FinishStaging(std::move(staged));
     return job;
   }
 
