@@ -35,6 +35,7 @@
 #include "engine/metrics.h"
 #include "engine/persister.h"
 #include "engine/save_job.h"
+#include "engine/stager.h"
 #include "format/shard_plan.h"
 #include "io/backend.h"
 #include "staging/device_copier.h"
@@ -43,6 +44,19 @@
 #include "util/mutex.h"
 
 namespace ckpt::internal {
+
+// How long `SaveAsync` has held its caller, in wall and CPU time, since it
+// was called.
+class CallerClock {
+ public:
+  Clock::time_point start() const { return start_; }
+  double seconds() const { return SecondsSince(start_); }
+  double cpu_seconds() const { return ThreadCpuSeconds() - start_cpu_; }
+
+ private:
+  const Clock::time_point start_ = Clock::now();
+  const double start_cpu_ = ThreadCpuSeconds();
+};
 
 class EngineImpl final : public Engine {
  public:
@@ -55,34 +69,68 @@ class EngineImpl final : public Engine {
 
   absl::StatusOr<std::shared_ptr<SaveHandle>> SaveAsync(int64_t step,
                                                         std::span<const TensorView> tensors,
-                                                        absl::string_view extras_json) override;
+                                                        absl::string_view extras_json) override
+      ABSL_LOCKS_EXCLUDED(staging_mu_, mu_);
   absl::StatusOr<SaveStats> Save(int64_t step, std::span<const TensorView> tensors,
-                                 absl::string_view extras_json) override;
-  absl::Status ReserveStaging(std::span<const TensorView> tensors, bool wait) override;
-  absl::Status Close(CloseMode mode) override;
-  EngineStats stats() const override;
+                                 absl::string_view extras_json) override
+      ABSL_LOCKS_EXCLUDED(staging_mu_, mu_);
+  absl::Status ReserveStaging(std::span<const TensorView> tensors, bool wait) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Close(CloseMode mode) override ABSL_LOCKS_EXCLUDED(staging_mu_, mu_);
+  EngineStats stats() const override ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& root() const override { return root_; }
   absl::string_view backend() const override { return backend_.description; }
 
  private:
+  // The steps of `SaveAsync` (engine/save_async.cc), in order, after
+  // `ValidateSave` and `TakeUnreportedError`.
+  //
+  // Fails unless the engine is open and `step` is neither being saved nor
+  // committed in ROOT.
+  absl::Status AdmitStep(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  size_t SavesInFlight() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Grows the pool for a save that needs `needed` chunks, when nothing is in
+  // flight (engine/staging_memory.cc).
+  absl::Status SizePoolForSave(size_t needed, size_t in_flight)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  // The copier for `tensors`' device tensors (made on the first save that
+  // has any); null when all are host tensors.
+  absl::StatusOr<DeviceCopier*> DeviceCopierFor(std::span<const TensorView> tensors)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  std::shared_ptr<SaveJob> NewJob(int64_t step, std::span<const TensorView> tensors,
+                                  absl::string_view extras_json, std::vector<PlannedShard> plan,
+                                  Clock::time_point start, bool has_device)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // `BusyPolicy::kSkip`: saves in flight hold the staging memory this one needs.
+  bool ShouldSkip(size_t needed, size_t in_flight) const;
+  // Completes `job` as skipped, without handing it on.
+  void Skip(SaveJob& job, const CallerClock& clock) ABSL_LOCKS_EXCLUDED(mu_);
+  void TrackInFlight(const std::shared_ptr<SaveJob>& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stages `request` on this thread (eager) or queues it for the lazy
+  // stager; the job's `FinishStaging` gets the report either way.
+  void Stage(StagingRequest request, const CallerClock& clock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+
   // `EngineOptions::background_nice`, with -1 resolved.
   int BackgroundNice() const;
-  uint64_t NextNonce();
+  uint64_t NextNonce() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Staging chunks a save of `plan` needs.
   size_t StagingChunksFor(const std::vector<PlannedShard>& plan) const;
   // A reservation thread: grows the pool to `chunks` once no save is in
   // flight, holding `staging_mu_` so no save starts meanwhile.
-  absl::Status Reserve(size_t chunks);
-  std::vector<std::thread> TakeReservations();
+  absl::Status Reserve(size_t chunks) ABSL_LOCKS_EXCLUDED(staging_mu_, mu_);
+  std::vector<std::thread> TakeReservations() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The first failure no handle reported, annotated; marks it reported.
-  absl::Status TakeUnreportedError();
+  absl::Status TakeUnreportedError() ABSL_LOCKS_EXCLUDED(mu_);
   // Persister thread, after each save.
-  void OnSaveDone(SaveJob& job, const absl::Status& outcome, const SaveStats& s);
+  void OnSaveDone(SaveJob& job, const absl::Status& outcome, const SaveStats& s)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The watchdog thread: watches the oldest save not given up yet.
-  void Watch();
+  void Watch() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string root_;
   const EngineOptions options_;
@@ -95,11 +143,12 @@ class EngineImpl final : public Engine {
   MetricsSink metrics_;  // persister thread only
   std::unique_ptr<Persister> persister_;
   std::unique_ptr<LazyStager> lazy_;
-  // Copies eager saves' host tensors (under `staging_mu_`); null when lazy.
-  std::unique_ptr<ParallelCopier> host_copier_;
+  // Copies eager saves' host tensors; null when lazy. Set by `Start`.
+  std::unique_ptr<ParallelCopier> host_copier_ ABSL_PT_GUARDED_BY(staging_mu_);
   // Created on the first save with device tensors; used by the stager only
-  // (under `staging_mu_`, or on the lazy stager's thread).
-  std::unique_ptr<DeviceCopier> copier_;
+  // (under `staging_mu_`, or on the lazy stager's thread, which gets it with
+  // each `StagingRequest`).
+  std::unique_ptr<DeviceCopier> copier_ ABSL_GUARDED_BY(staging_mu_);
   std::thread watchdog_;
 
   // Serializes planning and staging, so saves stage and persist in order.

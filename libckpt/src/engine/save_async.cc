@@ -27,6 +27,7 @@ namespace {
 
 std::atomic<DeviceCopierFactory> device_copier_factory{nullptr};
 
+// The checks on its arguments that `Engine::SaveAsync` documents.
 absl::Status ValidateSave(int64_t step, std::span<const TensorView> tensors,
                           absl::string_view extras_json) {
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is negative"));
@@ -69,19 +70,61 @@ absl::Status ValidateSave(int64_t step, std::span<const TensorView> tensors,
   return absl::OkStatus();
 }
 
+// Marks the streams of `tensors`' device tensors with `copier`: the point
+// the save's copies are ordered after (now, on the caller's thread).
+absl::StatusOr<std::unique_ptr<CallerStreamMark>> MarkCallerStreams(
+    DeviceCopier& copier, std::span<const TensorView> tensors) {
+  std::vector<DeviceStream> streams;
+  for (const TensorView& t : tensors) {
+    const DeviceStream ds{t.device_index, t.stream};
+    if (t.device != TensorView::Device::kCpu &&
+        std::find(streams.begin(), streams.end(), ds) == streams.end()) {
+      streams.push_back(ds);
+    }
+  }
+  return copier.MarkCallerStreams(streams);
+}
+
 }  // namespace
 
 void SetDeviceCopierFactoryForTesting(DeviceCopierFactory factory) {
   device_copier_factory.store(factory);
 }
 
+// The steps, in order. Validation and an earlier failure need no lock; the
+// rest runs under `staging_mu_`, so saves are planned, queued and staged in
+// the order they were started.
 absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
     int64_t step, std::span<const TensorView> tensors, absl::string_view extras_json) {
-  const Clock::time_point start = Clock::now();
-  const double start_cpu = ThreadCpuSeconds();
+  const CallerClock clock;
   CKPT_RETURN_IF_ERROR(ValidateSave(step, tensors, extras_json));
   CKPT_RETURN_IF_ERROR(TakeUnreportedError());
   MutexLock staging_lock(&staging_mu_);
+  CKPT_RETURN_IF_ERROR(AdmitStep(step));
+  std::vector<PlannedShard> plan =
+      PlanShards(tensors, options_.shard_min_bytes, options_.shard_max_bytes);
+  const size_t needed = StagingChunksFor(plan);
+  const size_t in_flight = SavesInFlight();
+  CKPT_RETURN_IF_ERROR(SizePoolForSave(needed, in_flight));
+  StagingRequest staging;
+  CKPT_ASSIGN_OR_RETURN(staging.device, DeviceCopierFor(tensors));
+  if (staging.device != nullptr) {
+    CKPT_ASSIGN_OR_RETURN(staging.mark, MarkCallerStreams(*staging.device, tensors));
+  }
+  std::shared_ptr<SaveJob> job = NewJob(step, tensors, extras_json, std::move(plan),
+                                        clock.start(), /*has_device=*/staging.device != nullptr);
+  if (ShouldSkip(needed, in_flight)) {
+    Skip(*job, clock);
+    return job;
+  }
+  TrackInFlight(job);
+  persister_->Enqueue(job);
+  staging.job = job;
+  Stage(std::move(staging), clock);
+  return job;
+}
+
+absl::Status EngineImpl::AdmitStep(int64_t step) {
   {
     MutexLock lock(&mu_);
     if (closed_) return absl::FailedPreconditionError(absl::StrCat("engine for ", root_, " is closed"));
@@ -89,26 +132,21 @@ absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
       return absl::AlreadyExistsError(absl::StrCat("step ", step, " is already being saved"));
     }
   }
-  const std::string final_name = CheckpointDirName(step);
-  auto existing = fs_->Stat(JoinPath(root_, final_name));
+  auto existing = fs_->Stat(JoinPath(root_, CheckpointDirName(step)));
   if (existing.ok()) {
     return absl::AlreadyExistsError(
         absl::StrCat("checkpoint for step ", step, " already exists in ", root_));
   }
   if (existing.status().code() != absl::StatusCode::kNotFound) return existing.status();
+  return absl::OkStatus();
+}
 
-  std::vector<PlannedShard> plan =
-      PlanShards(tensors, options_.shard_min_bytes, options_.shard_max_bytes);
-  const size_t needed = StagingChunksFor(plan);
-  size_t in_flight;
-  {
-    MutexLock lock(&mu_);
-    in_flight = inflight_.size();
-  }
-  if (in_flight == 0 && (pool_.count() < 2 || (options_.staging_bytes == 0 && pool_.count() < needed))) {
-    CKPT_RETURN_IF_ERROR(pool_.Resize(std::max<size_t>(needed, 2), backend_.queue.get()));
-  }
-  StagingRequest staging;
+size_t EngineImpl::SavesInFlight() const {
+  MutexLock lock(&mu_);
+  return inflight_.size();
+}
+
+absl::StatusOr<DeviceCopier*> EngineImpl::DeviceCopierFor(std::span<const TensorView> tensors) {
   for (const TensorView& t : tensors) {
     if (t.device == TensorView::Device::kCpu) continue;
     if (copier_ == nullptr) {
@@ -121,64 +159,64 @@ absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
       }
       copier_ = std::move(*copier);
     }
-    staging.device = copier_.get();
-    break;
+    return copier_.get();
   }
-  if (staging.device != nullptr) {
-    // The point the save's copies are ordered after: now, on this thread.
-    std::vector<DeviceStream> streams;
-    for (const TensorView& t : tensors) {
-      const DeviceStream ds{t.device_index, t.stream};
-      if (t.device != TensorView::Device::kCpu &&
-          std::find(streams.begin(), streams.end(), ds) == streams.end()) {
-        streams.push_back(ds);
-      }
-    }
-    CKPT_ASSIGN_OR_RETURN(staging.mark, staging.device->MarkCallerStreams(streams));
-  }
+  return nullptr;
+}
+
+std::shared_ptr<SaveJob> EngineImpl::NewJob(int64_t step, std::span<const TensorView> tensors,
+                                            absl::string_view extras_json,
+                                            std::vector<PlannedShard> plan,
+                                            Clock::time_point start, bool has_device) {
   // An eager save of host tensors keeps its caller blocked while it copies;
   // writing meanwhile would only slow that copy down (the CPU and memory
   // bandwidth are shared) to gain the copy's few hundred milliseconds.
   const bool defer_writes =
-      lazy_ == nullptr && staging.device == nullptr && !options_.write_during_eager_staging;
-  auto job = std::make_shared<SaveJob>(
+      lazy_ == nullptr && !has_device && !options_.write_during_eager_staging;
+  return std::make_shared<SaveJob>(
       step, std::string(extras_json), std::vector<TensorView>(tensors.begin(), tensors.end()),
-      std::move(plan), final_name, JoinPath(root_, TempDirName(step, NextNonce())), start,
-      defer_writes);
-  if (options_.when_busy == EngineOptions::BusyPolicy::kSkip && in_flight > 0 &&
-      pool_.free_count() < needed) {
-    SaveStats stats;
-    stats.step = step;
-    stats.blocked_s = SecondsSince(start);
-    stats.blocked_cpu_s = ThreadCpuSeconds() - start_cpu;
-    stats.backend = backend_.description;
-    job->MarkSkipped(stats);
-    MutexLock lock(&mu_);
-    ++stats_.saves_started;
-    ++stats_.saves_skipped;
-    stats_.last = stats;
-    Log(LogLevel::kInfo, absl::StrCat("skipped save of step ", step, ": staging memory busy"));
-    return job;
-  }
-  {
-    MutexLock lock(&mu_);
-    ++stats_.saves_started;
-    inflight_.push_back(job);
-    steps_in_flight_.insert(step);
-  }
-  persister_->Enqueue(job);
-  staging.job = job;
+      std::move(plan), CheckpointDirName(step), JoinPath(root_, TempDirName(step, NextNonce())),
+      start, defer_writes);
+}
+
+bool EngineImpl::ShouldSkip(size_t needed, size_t in_flight) const {
+  return options_.when_busy == EngineOptions::BusyPolicy::kSkip && in_flight > 0 &&
+         pool_.free_count() < needed;
+}
+
+void EngineImpl::Skip(SaveJob& job, const CallerClock& clock) {
+  SaveStats stats;
+  stats.step = job.step();
+  stats.blocked_s = clock.seconds();
+  stats.blocked_cpu_s = clock.cpu_seconds();
+  stats.backend = backend_.description;
+  job.MarkSkipped(stats);
+  MutexLock lock(&mu_);
+  ++stats_.saves_started;
+  ++stats_.saves_skipped;
+  stats_.last = stats;
+  Log(LogLevel::kInfo, absl::StrCat("skipped save of step ", job.step(), ": staging memory busy"));
+}
+
+void EngineImpl::TrackInFlight(const std::shared_ptr<SaveJob>& job) {
+  MutexLock lock(&mu_);
+  ++stats_.saves_started;
+  inflight_.push_back(job);
+  steps_in_flight_.insert(job->step());
+}
+
+void EngineImpl::Stage(StagingRequest request, const CallerClock& clock) {
   if (lazy_ != nullptr) {
-    lazy_->Enqueue(std::move(staging), SecondsSince(start), ThreadCpuSeconds() - start_cpu);
-    return job;
+    lazy_->Enqueue(std::move(request), clock.seconds(), clock.cpu_seconds());
+    return;
   }
   // A staging failure (the persister failed meanwhile, or the engine is
   // closing) is reported by the handle, with the persister's reason.
-  StagingReport staged = StageJob(std::move(staging), pool_, host_copier_.get());
-  staged.blocked_s = SecondsSince(start);
-  staged.blocked_cpu_s = ThreadCpuSeconds() - start_cpu;
+  const std::shared_ptr<SaveJob> job = request.job;
+  StagingReport staged = StageJob(std::move(request), pool_, host_copier_.get());
+  staged.blocked_s = clock.seconds();
+  staged.blocked_cpu_s = clock.cpu_seconds();
   job->FinishStaging(std::move(staged));
-  return job;
 }
 
 absl::StatusOr<SaveStats> EngineImpl::Save(int64_t step, std::span<const TensorView> tensors,

@@ -1,5 +1,6 @@
 // The engine's staging pool: how many chunks a save needs, and growing the
 // pool ahead of the saves (`ReserveStaging`).
+#include <algorithm>
 #include <future>
 #include <memory>
 #include <thread>
@@ -30,6 +31,13 @@ size_t EngineImpl::StagingChunksFor(const std::vector<PlannedShard>& plan) const
          (options_.delta.mode != DeltaOptions::Mode::kNone ? 2 : 0);
 }
 
+absl::Status EngineImpl::SizePoolForSave(size_t needed, size_t in_flight) {
+  if (in_flight == 0 && (pool_.count() < 2 || (options_.staging_bytes == 0 && pool_.count() < needed))) {
+    CKPT_RETURN_IF_ERROR(pool_.Resize(std::max<size_t>(needed, 2), backend_.queue.get()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status EngineImpl::ReserveStaging(std::span<const TensorView> tensors, bool wait) {
   if (options_.staging_bytes > 0) return absl::OkStatus();  // fixed at Open
   const size_t needed = StagingChunksFor(
@@ -52,7 +60,7 @@ absl::Status EngineImpl::Reserve(size_t chunks) {
   MutexLock staging_lock(&staging_mu_);
   {
     MutexLock lock(&mu_);
-    mu_.Await([this] { return closed_ || inflight_.empty(); });
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || inflight_.empty(); });
     if (closed_) return absl::CancelledError("engine closed before staging memory was reserved");
   }
   if (pool_.count() >= chunks) return absl::OkStatus();

@@ -23,7 +23,8 @@ void EngineImpl::Watch() {
       std::clamp(shortest / 4, absl::Milliseconds(10), absl::Seconds(1));
   MutexLock lock(&mu_);
   while (!watchdog_stop_) {
-    mu_.AwaitWithTimeout([this] { return watchdog_stop_; }, period);
+    mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return watchdog_stop_; },
+                         period);
     if (watchdog_stop_) continue;
     auto live = std::find_if(inflight_.begin(), inflight_.end(),
                              [](const auto& j) { return !j->expired(); });
