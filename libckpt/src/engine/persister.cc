@@ -61,7 +61,9 @@ void Persister::Run() {
     std::shared_ptr<SaveJob> job;
     {
       MutexLock lock(&mu_);
-      mu_.Await([this] { return stopping_ || !jobs_.empty(); });
+      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !jobs_.empty();
+      });
       if (jobs_.empty()) return;
       job = jobs_.front();
     }
@@ -196,7 +198,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
   if (!status.ok()) job.Abort(status);
   ShardEncoder* encoder = plan.encoder.get();
   const bool update_reference = reference_ != nullptr && !plan.delta;
-  RecordHasher hasher(job.plan, job.hashes);
+  RecordHasher hasher(job.plan, plan.hashes);
 
   std::vector<StagedChunk> ready;
   std::vector<size_t> releasable;
@@ -214,7 +216,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
       more = job.TakeChunks(block, /*stop_on_abort=*/status.ok(), &ready);
     }
     if (!ready.empty()) {
-      if (!job.writing_since.has_value()) job.writing_since = Clock::now();
+      if (!plan.writing_since.has_value()) plan.writing_since = Clock::now();
       job.stage = SaveStage::kWriting;
     }
     for (const StagedChunk& c : ready) {
@@ -289,7 +291,7 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
       info.dtype = t.dtype;
       info.shape = t.shape;
       info.raw_bytes = t.nbytes;
-      info.xxh3 = job.hashes[r.tensor];
+      info.xxh3 = plan.hashes[r.tensor];
     }
     PlaceRawRecords(shard, layout.file_bytes, &manifest);
     // An encoded record lies where the encoder put it, as it was encoded.
@@ -352,6 +354,7 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   std::vector<std::unique_ptr<File>> files;
   Plan plan;
   plan.delta = ShouldWriteDelta(job);
+  plan.hashes.assign(job.tensors.size(), 0);
   absl::Status status = WriteChunks(job, files, plan);
   SaveStats stats;
   if (status.ok()) status = Commit(job, files, plan, &stats);
@@ -374,11 +377,12 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   stats.dir = status.ok() ? JoinPath(ctx_.root, job.final_name) : "";
   stats.tensor_count = job.tensors.size();
   stats.shard_count = job.plan.size();
-  stats.blocked_s = job.blocked_s;
-  stats.blocked_cpu_s = job.blocked_cpu_s;
-  stats.staging_s = job.staging_s;
-  stats.staging_wait_s = job.staging_wait_s;
-  stats.persist_s = SecondsSince(job.writing_since.value_or(persist_start));
+  const StagingReport staged = job.staging_report();
+  stats.blocked_s = staged.blocked_s;
+  stats.blocked_cpu_s = staged.blocked_cpu_s;
+  stats.staging_s = staged.staging_s;
+  stats.staging_wait_s = staged.staging_wait_s;
+  stats.persist_s = SecondsSince(plan.writing_since.value_or(persist_start));
   stats.seconds = SecondsSince(job.start_time);
   stats.persist_gbps = stats.persist_s > 0 ? stats.file_bytes / stats.persist_s / 1e9 : 0;
   stats.backend = ctx_.backend;

@@ -8,8 +8,10 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ckpt/file_system.h"
 #include "ckpt/options.h"
@@ -54,10 +56,13 @@ class Persister {
   void Stop(bool abandon);
 
  private:
-  // What the persister decided for one save.
+  // What the persister decided and learnt for one save: its own, kept on
+  // its thread, never in the shared `SaveJob`.
   struct Plan {
     bool delta = false;  // encoded against the reference state
     std::unique_ptr<ShardEncoder> encoder;  // null: raw chunks written as staged
+    std::vector<uint64_t> hashes;  // XXH3-64 per tensor (engine/record_hasher.h)
+    std::optional<Clock::time_point> writing_since;  // when the first staged chunk was taken
   };
 
   void Run();

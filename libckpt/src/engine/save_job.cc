@@ -15,15 +15,15 @@ const char* SaveStageName(SaveStage stage) {
 
 absl::Status SaveJob::WaitStaged() {
   MutexLock lock(&mu_);
-  mu_.Await([this] { return staging_done_ || expired_; });
-  const absl::Status s = staging_done_ ? staging_status_ : abort_reason_;
+  mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return staging_done_ || expired_; });
+  const absl::Status s = staging_done_ ? staging_.status : abort_reason_;
   if (!s.ok()) error_reported_ = true;
   return s;
 }
 
 absl::Status SaveJob::Wait() {
   MutexLock lock(&mu_);
-  mu_.Await([this] { return done_ || expired_; });
+  mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ || expired_; });
   error_reported_ = true;
   return done_ ? status_ : abort_reason_;
 }
@@ -96,24 +96,33 @@ void SaveJob::WakePersister() {
   writes_released_ = true;
 }
 
-void SaveJob::FinishStaging(absl::Status status) {
+void SaveJob::FinishStaging(StagingReport report) {
   Touch();
   MutexLock lock(&mu_);
   staging_done_ = true;
-  staging_status_ = std::move(status);
+  staging_ = std::move(report);
 }
 
 absl::Status SaveJob::staging_status() const {
   MutexLock lock(&mu_);
-  return staging_status_;
+  return staging_.status;
+}
+
+StagingReport SaveJob::staging_report() const {
+  MutexLock lock(&mu_);
+  return staging_;
 }
 
 bool SaveJob::TakeChunks(bool block, bool stop_on_abort, std::vector<StagedChunk>* out) {
   MutexLock lock(&mu_);
   // An aborted save's chunks are only given back: deferral no longer applies.
-  const auto takeable = [this] { return !ready_.empty() && (WritesAllowed() || abort); };
+  const auto takeable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !ready_.empty() && (WritesAllowed() || abort);
+  };
   if (block) {
-    mu_.Await([&] { return staging_done_ || (stop_on_abort && abort) || takeable(); });
+    mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return staging_done_ || (stop_on_abort && abort) || takeable();
+    });
   }
   if (!WritesAllowed() && !abort) return true;
   out->insert(out->end(), ready_.begin(), ready_.end());
@@ -127,7 +136,7 @@ void SaveJob::Finish(absl::Status status, SaveStats stats) {
   if (expired_) status = abort_reason_;
   if (!staging_done_) {
     staging_done_ = true;
-    staging_status_ = status;
+    staging_.status = status;
   }
   status_ = std::move(status);
   stats_ = std::move(stats);

@@ -11,8 +11,6 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +19,6 @@
 #include "util/mutex.h"
 #include "ckpt/engine.h"
 #include "format/shard_plan.h"
-#include "staging/device_copier.h"
 
 namespace ckpt::internal {
 
@@ -55,17 +52,41 @@ enum class SaveStage : uint8_t {
 };
 const char* SaveStageName(SaveStage stage);
 
+// What staging hands on, once, through `SaveJob::FinishStaging`: its outcome
+// and figures (from the stager's thread) and how long `SaveAsync` held its
+// caller (from the caller's thread).
+struct StagingReport {
+  absl::Status status;        // OK: every chunk was handed to the persister
+  double staging_s = 0;       // copying into staging memory
+  double staging_wait_s = 0;  // part of `staging_s` spent waiting for free chunks
+  double blocked_s = 0;       // how long `SaveAsync` held its caller
+  double blocked_cpu_s = 0;   // CPU time the caller's thread used meanwhile
+};
+
+// Threads: the caller's thread constructs the job and hands it to the
+// persister and the stager (the caller's thread again, or the lazy stager's);
+// the watchdog and the caller's `SaveHandle` look at it from theirs. What is
+// fixed by then is `const` and set by the constructor; what one thread hands
+// another is guarded by `mu_` (or atomic); what one thread keeps for itself
+// (the persister's hashes, the stager's stream mark) is not here.
 class SaveJob final : public SaveHandle {
  public:
+  // `start_time` is when `SaveAsync` was called. With `defer_writes`, the
+  // persister holds the job's writes back until staging finishes or the
+  // stager runs out of chunks (`WakePersister`): used while a caller is
+  // blocked copying, so the writes do not compete with that copy for the CPU
+  // and memory bandwidth.
   SaveJob(int64_t step, std::string extras_json, std::vector<TensorView> tensors,
-          std::vector<PlannedShard> plan, std::string final_name, std::string temp_dir)
+          std::vector<PlannedShard> plan, std::string final_name, std::string temp_dir,
+          Clock::time_point start_time, bool defer_writes)
       : step_(step),
         extras_json(std::move(extras_json)),
         tensors(std::move(tensors)),
         plan(std::move(plan)),
         final_name(std::move(final_name)),
         temp_dir(std::move(temp_dir)),
-        hashes(this->tensors.size(), 0) {
+        start_time(start_time),
+        defer_writes_(defer_writes) {
     Touch();
   }
 
@@ -77,12 +98,6 @@ class SaveJob final : public SaveHandle {
   bool skipped() const override;
   SaveStats stats() const override;
 
-  // Called before the job is handed to the persister: hold its writes back
-  // until staging finishes or the stager runs out of chunks
-  // (`WakePersister`). Used while a caller is blocked copying, so the writes
-  // do not compete with that copy for the CPU and memory bandwidth.
-  void DeferWritesUntilStaged() { defer_writes_ = true; }
-
   // --- Stager side ---
   // Hands a filled chunk to the persister (waking it once per batch, never
   // while writes are deferred).
@@ -92,8 +107,9 @@ class SaveJob final : public SaveHandle {
   // otherwise a persister asleep on a partial batch (or deferring) and a
   // stager waiting for chunks only it can free deadlock.
   void WakePersister();
-  // Staging finished (OK) or failed; wakes `WaitStaged` and the persister.
-  void FinishStaging(absl::Status status);
+  // Staging finished (`report.status` OK) or failed; wakes `WaitStaged` and
+  // the persister.
+  void FinishStaging(StagingReport report);
 
   // --- Persister side ---
   // Moves ready chunks into `out`; waits for some (or for staging to finish,
@@ -101,8 +117,11 @@ class SaveJob final : public SaveHandle {
   // once staging has finished and every chunk was taken.
   bool TakeChunks(bool block, bool stop_on_abort, std::vector<StagedChunk>* out);
   absl::Status staging_status() const;
+  // What `FinishStaging` handed over: complete once `TakeChunks` returned false.
+  StagingReport staging_report() const;
   // Records the outcome (once) and wakes `WaitStaged` and `Wait`.
   void Finish(absl::Status status, SaveStats stats);
+  // `SaveAsync`, instead of handing the job on: the save was skipped.
   void MarkSkipped(SaveStats stats);
   // Whether the caller saw the outcome through `Wait`: an unseen failure is
   // reported by the next `SaveAsync` or by `Close`.
@@ -132,43 +151,33 @@ class SaveJob final : public SaveHandle {
   Clock::duration since_progress() const {
     return Clock::now().time_since_epoch() - Clock::duration(last_progress_ns_.load());
   }
+  // Read and set by the watchdog only, under the engine's lock.
   std::atomic<bool> stall_reported{false};
   // True once `Abort` was called: read without the lock on hot paths.
   std::atomic<bool> abort{false};
+  // Set by the stager and the persister, read by the watchdog.
   std::atomic<SaveStage> stage{SaveStage::kQueued};
 
-  // Immutable after construction, except as noted.
+  // Fixed before any other thread sees the job.
   const int64_t step_;
   const std::string extras_json;
   const std::vector<TensorView> tensors;  // caller's memory; valid until staged
   const std::vector<PlannedShard> plan;
   const std::string final_name;
   const std::string temp_dir;
-  std::vector<uint64_t> hashes;  // XXH3-64 per tensor: persister-owned (engine/record_hasher.h)
-  Clock::time_point start_time = Clock::now();
-  // Copies device tensors; null when the save has none.
-  DeviceCopier* copier = nullptr;
-  // The caller's streams as they were at `SaveAsync` (with `copier`).
-  std::unique_ptr<CallerStreamMark> stream_mark;
-  // Persister-owned: when it took the first staged chunk to write.
-  std::optional<Clock::time_point> writing_since;
-  // Stager-owned figures, published by `FinishStaging`.
-  double blocked_s = 0;
-  double blocked_cpu_s = 0;
-  double staging_s = 0;
-  double staging_wait_s = 0;
+  const Clock::time_point start_time;
 
  private:
   bool WritesAllowed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !defer_writes_ || writes_released_ || staging_done_;
   }
 
+  const bool defer_writes_;
   mutable Mutex mu_;
   std::deque<StagedChunk> ready_ ABSL_GUARDED_BY(mu_);
   bool staging_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool defer_writes_ = false;  // set before the persister sees the job
   bool writes_released_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status staging_status_ ABSL_GUARDED_BY(mu_);
+  StagingReport staging_ ABSL_GUARDED_BY(mu_);  // valid once `staging_done_`
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool skipped_ ABSL_GUARDED_BY(mu_) = false;
   bool error_reported_ ABSL_GUARDED_BY(mu_) = false;

@@ -28,8 +28,12 @@ struct PendingChunk {
 
 class ChunkFiller {
  public:
-  ChunkFiller(SaveJob& job, StagingPool& pool, DeviceCopier* device, ParallelCopier* host)
-      : job_(job), pool_(pool), device_(device), host_(host) {}
+  ChunkFiller(SaveJob& job, StagingPool& pool, DeviceCopier* device, const CallerStreamMark* mark,
+              ParallelCopier* host)
+      : job_(job), pool_(pool), device_(device), mark_(mark), host_(host) {}
+
+  // Time spent waiting for free chunks.
+  double wait_s() const { return wait_s_; }
 
   void BeginShard(size_t shard) {
     shard_ = shard;
@@ -118,8 +122,8 @@ class ChunkFiller {
           std::memcpy(dst, src, take);
         }
       } else {
-        CKPT_RETURN_IF_ERROR(device_->CopyAsync(dst, src, take, t->device_index, t->stream,
-                                                job_.stream_mark.get()));
+        CKPT_RETURN_IF_ERROR(
+            device_->CopyAsync(dst, src, take, t->device_index, t->stream, mark_));
         current_device_ = true;
       }
       if (src != nullptr) src += take;
@@ -147,7 +151,7 @@ class ChunkFiller {
       job_.WakePersister();
       const Clock::time_point start = Clock::now();
       chunk = pool_.Acquire(&job_.abort);
-      job_.staging_wait_s += SecondsSince(start);
+      wait_s_ += SecondsSince(start);
       if (!chunk.has_value()) {
         if (job_.abort) return AbortReason();
         return absl::CancelledError("save cancelled: engine closing");
@@ -165,7 +169,9 @@ class ChunkFiller {
   SaveJob& job_;
   StagingPool& pool_;
   DeviceCopier* const device_;
+  const CallerStreamMark* const mark_;
   ParallelCopier* const host_;
+  double wait_s_ = 0;
   size_t shard_ = 0;
   uint64_t file_offset_ = 0;
   size_t current_ = kNone;
@@ -181,12 +187,13 @@ class ChunkFiller {
 
 }  // namespace
 
-absl::Status StageJob(SaveJob& job, StagingPool& pool, DeviceCopier* device, ParallelCopier* host) {
+StagingReport StageJob(StagingRequest request, StagingPool& pool, ParallelCopier* host) {
   const Clock::time_point start = Clock::now();
+  SaveJob& job = *request.job;
   SaveStage queued = SaveStage::kQueued;
   job.stage.compare_exchange_strong(queued, SaveStage::kStaging);
   if (host != nullptr && host->threads() <= 1) host = nullptr;
-  ChunkFiller filler(job, pool, device, host);
+  ChunkFiller filler(job, pool, request.device, request.mark.get(), host);
   absl::Status status;
   for (size_t s = 0; s < job.plan.size() && status.ok(); ++s) {
     const PlannedShard& shard = job.plan[s];
@@ -203,9 +210,12 @@ absl::Status StageJob(SaveJob& job, StagingPool& pool, DeviceCopier* device, Par
   }
   if (status.ok()) status = filler.Advance(/*all=*/true);
   if (!status.ok()) filler.Abandon();
-  job.stream_mark.reset();  // every copy that used it was queued (and has landed)
-  job.staging_s = SecondsSince(start);
-  return status;
+  request.mark.reset();  // every copy that used it was queued (and has landed)
+  StagingReport report;
+  report.status = std::move(status);
+  report.staging_s = SecondsSince(start);
+  report.staging_wait_s = filler.wait_s();
+  return report;
 }
 
 }  // namespace ckpt::internal

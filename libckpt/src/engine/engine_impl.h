@@ -1,0 +1,171 @@
+// `EngineImpl`: the `Engine` that `Engine::Open` returns. Its members are
+// defined by concept:
+//   engine/engine_open.cc      Open, starting the threads, Close
+//   engine/save_async.cc       admitting, planning and staging a save
+//   engine/staging_memory.cc   sizing the staging pool (and ReserveStaging)
+//   engine/save_completion.cc  what a finished save leaves: stats, metrics,
+//                              errors no handle reported yet
+//   engine/watchdog.cc         stalled saves: warnings and `stall_timeout`
+//
+// Threads: callers (`SaveAsync`, `ReserveStaging`, `Close`, `stats`), the
+// persister (`OnSaveDone`), the watchdog (`Watch`), the lazy stager
+// (engine/lazy_stager.h) and reservation threads (`Reserve`).
+#ifndef CKPT_ENGINE_ENGINE_IMPL_H_
+#define CKPT_ENGINE_ENGINE_IMPL_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "ckpt/engine.h"
+#include "ckpt/file_system.h"
+#include "ckpt/root_lock.h"
+#include "engine/lazy_stager.h"
+#include "engine/metrics.h"
+#include "engine/persister.h"
+#include "engine/save_job.h"
+#include "engine/stager.h"
+#include "format/shard_plan.h"
+#include "io/backend.h"
+#include "staging/device_copier.h"
+#include "staging/parallel_copier.h"
+#include "staging/staging_pool.h"
+#include "util/mutex.h"
+
+namespace ckpt::internal {
+
+// How long `SaveAsync` has held its caller, in wall and CPU time, since it
+// was called.
+class CallerClock {
+ public:
+  Clock::time_point start() const { return start_; }
+  double seconds() const { return SecondsSince(start_); }
+  double cpu_seconds() const { return ThreadCpuSeconds() - start_cpu_; }
+
+ private:
+  const Clock::time_point start_ = Clock::now();
+  const double start_cpu_ = ThreadCpuSeconds();
+};
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(std::string root, EngineOptions options, std::shared_ptr<FileSystem> fs,
+             std::unique_ptr<FileLock> writer_lock, OpenedIo backend);
+  // Sizes a fixed staging pool and starts the persister, the lazy stager (or
+  // the host copier) and the watchdog.
+  absl::Status Start();
+  ~EngineImpl() override;
+
+  absl::StatusOr<std::shared_ptr<SaveHandle>> SaveAsync(int64_t step,
+                                                        std::span<const TensorView> tensors,
+                                                        absl::string_view extras_json) override
+      ABSL_LOCKS_EXCLUDED(staging_mu_, mu_);
+  absl::StatusOr<SaveStats> Save(int64_t step, std::span<const TensorView> tensors,
+                                 absl::string_view extras_json) override
+      ABSL_LOCKS_EXCLUDED(staging_mu_, mu_);
+  absl::Status ReserveStaging(std::span<const TensorView> tensors, bool wait) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Close(CloseMode mode) override ABSL_LOCKS_EXCLUDED(staging_mu_, mu_);
+  EngineStats stats() const override ABSL_LOCKS_EXCLUDED(mu_);
+  const std::string& root() const override { return root_; }
+  absl::string_view backend() const override { return backend_.description; }
+
+ private:
+  // The steps of `SaveAsync` (engine/save_async.cc), in order, after
+  // `ValidateSave` and `TakeUnreportedError`.
+  //
+  // Fails unless the engine is open and `step` is neither being saved nor
+  // committed in ROOT.
+  absl::Status AdmitStep(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  size_t SavesInFlight() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Grows the pool for a save that needs `needed` chunks, when nothing is in
+  // flight (engine/staging_memory.cc).
+  absl::Status SizePoolForSave(size_t needed, size_t in_flight)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  // The copier for `tensors`' device tensors (made on the first save that
+  // has any); null when all are host tensors.
+  absl::StatusOr<DeviceCopier*> DeviceCopierFor(std::span<const TensorView> tensors)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  std::shared_ptr<SaveJob> NewJob(int64_t step, std::span<const TensorView> tensors,
+                                  absl::string_view extras_json, std::vector<PlannedShard> plan,
+                                  Clock::time_point start, bool has_device)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // `BusyPolicy::kSkip`: saves in flight hold the staging memory this one needs.
+  bool ShouldSkip(size_t needed, size_t in_flight) const;
+  // Completes `job` as skipped, without handing it on.
+  void Skip(SaveJob& job, const CallerClock& clock) ABSL_LOCKS_EXCLUDED(mu_);
+  void TrackInFlight(const std::shared_ptr<SaveJob>& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stages `request` on this thread (eager) or queues it for the lazy
+  // stager; the job's `FinishStaging` gets the report either way.
+  void Stage(StagingRequest request, const CallerClock& clock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+
+  // `EngineOptions::background_nice`, with -1 resolved.
+  int BackgroundNice() const;
+  uint64_t NextNonce() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Staging chunks a save of `plan` needs.
+  size_t StagingChunksFor(const std::vector<PlannedShard>& plan) const;
+  // A reservation thread: grows the pool to `chunks` once no save is in
+  // flight, holding `staging_mu_` so no save starts meanwhile.
+  absl::Status Reserve(size_t chunks) ABSL_LOCKS_EXCLUDED(staging_mu_, mu_);
+  std::vector<std::thread> TakeReservations() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The first failure no handle reported, annotated; marks it reported.
+  absl::Status TakeUnreportedError() ABSL_LOCKS_EXCLUDED(mu_);
+  // Persister thread, after each save.
+  void OnSaveDone(SaveJob& job, const absl::Status& outcome, const SaveStats& s)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The watchdog thread: watches the oldest save not given up yet.
+  void Watch() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::string root_;
+  const EngineOptions options_;
+  const std::shared_ptr<FileSystem> fs_;
+  // ROOT/.ckpt-writer.lock, held from Open until Close has stopped every
+  // thread that writes.
+  std::unique_ptr<FileLock> writer_lock_;
+  OpenedIo backend_;
+  StagingPool pool_;
+  MetricsSink metrics_;  // persister thread only
+  std::unique_ptr<Persister> persister_;
+  std::unique_ptr<LazyStager> lazy_;
+  // Copies eager saves' host tensors; null when lazy. Set by `Start`.
+  std::unique_ptr<ParallelCopier> host_copier_ ABSL_PT_GUARDED_BY(staging_mu_);
+  // Created on the first save with device tensors; used by the stager only
+  // (under `staging_mu_`, or on the lazy stager's thread, which gets it with
+  // each `StagingRequest`).
+  std::unique_ptr<DeviceCopier> copier_ ABSL_GUARDED_BY(staging_mu_);
+  std::thread watchdog_;
+
+  // Serializes planning and staging, so saves stage and persist in order.
+  Mutex staging_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool watchdog_stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::shared_ptr<SaveJob>> inflight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int64_t> steps_in_flight_ ABSL_GUARDED_BY(mu_);
+  // Failed saves with their errors, until a handle or a later call reports them.
+  std::deque<std::pair<std::shared_ptr<SaveJob>, absl::Status>> failed_ ABSL_GUARDED_BY(mu_);
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
+  // Threads of `ReserveStaging`, joined by `Close`.
+  std::vector<std::thread> reservations_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_ENGINE_ENGINE_IMPL_H_

@@ -1,0 +1,192 @@
+// `Engine::Open` and the engine's life: checking the options, taking the
+// root, starting the threads, and `Close`.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "ckpt/engine.h"
+#include "ckpt/root_lock.h"
+#include "engine/engine_impl.h"
+#include "format/names.h"
+#include "io/backend.h"
+#include "io/small_file.h"
+#include "util/background_thread.h"
+#include "util/log.h"
+#include "util/status_macros.h"
+
+namespace ckpt {
+namespace internal {
+namespace {
+
+constexpr char kWriter[] = "ckpt 0.1.0";
+
+// Removes the temp directories of saves that a dead writer left in `root`
+// (REQUIRES: the writer lock is held). Compactions' temp directories
+// (`.tmp-compact-*`) belong to retention jobs, which run beside the writer,
+// and stay. A directory that cannot be removed is only logged.
+absl::Status RemoveAbandonedSaves(FileSystem& fs, const std::string& root) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDir(root));
+  const std::string prefix = absl::StrCat(kTempPrefix, "step-");
+  for (const std::string& name : names) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string path = JoinPath(root, name);
+    RemoveTreeBestEffort(fs, path);
+    if (fs.Stat(path).ok()) {
+      Log(LogLevel::kWarning, absl::StrCat("could not remove abandoned save ", path));
+    } else {
+      Log(LogLevel::kInfo, absl::StrCat("removed ", path, ", a save its writer did not finish"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+EngineImpl::EngineImpl(std::string root, EngineOptions options, std::shared_ptr<FileSystem> fs,
+                       std::unique_ptr<FileLock> writer_lock, OpenedIo backend)
+    : root_(std::move(root)),
+      options_(std::move(options)),
+      fs_(std::move(fs)),
+      writer_lock_(std::move(writer_lock)),
+      backend_(std::move(backend)),
+      pool_(options_.io.chunk_bytes),
+      metrics_(fs_.get(), backend_.queue.get(), options_.metrics_jsonl_path,
+               options_.prometheus_textfile_path) {}
+
+absl::Status EngineImpl::Start() {
+  if (options_.staging_bytes > 0) {
+    const size_t chunks = std::max<size_t>(
+        2, (options_.staging_bytes + options_.io.chunk_bytes - 1) / options_.io.chunk_bytes);
+    CKPT_RETURN_IF_ERROR(pool_.Resize(chunks, backend_.queue.get()));
+  }
+  PersisterContext ctx{fs_.get(),        backend_.queue.get(),
+                       &pool_,           root_,
+                       backend_.direct,  backend_.description,
+                       kWriter,          options_.compression_level,
+                       options_.delta,   options_.io.encode_buffers,
+                       BackgroundNice()};
+  persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job, const absl::Status& outcome, const SaveStats& s) {
+                               OnSaveDone(job, outcome, s);
+                             });
+  if (options_.lazy_staging) {
+    lazy_ = std::make_unique<LazyStager>(&pool_);
+  } else {
+    host_copier_ = std::make_unique<ParallelCopier>(
+        options_.staging_threads > 0 ? options_.staging_threads : ParallelCopier::DefaultThreads());
+  }
+  if (options_.watchdog_timeout > absl::ZeroDuration() ||
+      options_.stall_timeout > absl::ZeroDuration()) {
+    watchdog_ = std::thread([this] {
+      BecomeBackgroundThread("ckpt-watchdog", 0);
+      Watch();
+    });
+  }
+  return absl::OkStatus();
+}
+
+EngineImpl::~EngineImpl() {
+  absl::Status s = Close(CloseMode::kWait);
+  if (!s.ok()) {
+    Log(LogLevel::kError, absl::StrCat("engine for ", root_,
+                                       " destroyed with an unreported save error: ", s.message()));
+  }
+}
+
+absl::Status EngineImpl::Close(CloseMode mode) {
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return absl::OkStatus();
+    closed_ = true;
+    if (mode == CloseMode::kCancel) {
+      for (auto& job : inflight_) job->Abort(absl::CancelledError("save cancelled: engine closing"));
+    }
+  }
+  if (mode == CloseMode::kCancel) pool_.Cancel();
+  if (lazy_ != nullptr) lazy_->Stop();
+  for (std::thread& t : TakeReservations()) t.join();
+  MutexLock staging_lock(&staging_mu_);  // no save is staging past this point
+  persister_->Stop(mode == CloseMode::kCancel);
+  {
+    MutexLock lock(&mu_);
+    watchdog_stop_ = true;
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+  writer_lock_.reset();  // nothing of this engine writes any more: another may open ROOT
+  return TakeUnreportedError();
+}
+
+int EngineImpl::BackgroundNice() const {
+  if (options_.background_nice >= 0) return options_.background_nice;
+  const bool encodes =
+      options_.delta.mode != DeltaOptions::Mode::kNone || options_.compression_level > 0;
+  return encodes ? 10 : 0;
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
+                                                     const EngineOptions& options) {
+  using namespace internal;  // NOLINT: the engine is the glue of the internals
+  if (root.empty()) return absl::InvalidArgumentError("checkpoint root is empty");
+  std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
+  if (options.shard_min_bytes > options.shard_max_bytes) {
+    return absl::InvalidArgumentError("shard_min_bytes is larger than shard_max_bytes");
+  }
+  if (options.delta.mode == DeltaOptions::Mode::kTopK &&
+      !(options.delta.topk_ratio > 0 && options.delta.topk_ratio <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delta.topk_ratio ", options.delta.topk_ratio, " is not in (0, 1]"));
+  }
+  if (options.delta.full_every < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delta.full_every ", options.delta.full_every, " must be at least 1"));
+  }
+  if (options.staging_threads < 0 || options.staging_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging_threads ", options.staging_threads, " is not in 0..64"));
+  }
+  if (options.background_nice < -1 || options.background_nice > 19) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "background_nice ", options.background_nice, " is not in 0..19 (or -1: automatic)"));
+  }
+  if (options.io.encode_buffers < 1) {
+    return absl::InvalidArgumentError("io.encode_buffers must be at least 1");
+  }
+  if (options.compression_level < 0 || options.compression_level > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compression_level ", options.compression_level, " is not in 0..19"));
+  }
+  auto stat = fs->Stat(root);
+  if (!stat.ok() && stat.status().code() == absl::StatusCode::kNotFound && options.create_root) {
+    CKPT_RETURN_IF_ERROR(fs->CreateDir(root));
+    size_t slash = root.find_last_of('/');
+    std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : root.substr(0, slash);
+    CKPT_RETURN_IF_ERROR(fs->SyncDir(parent));
+    stat = fs->Stat(root);
+  }
+  if (!stat.ok()) return Annotate(stat.status(), "checkpoint root");
+  if (!stat->is_directory) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint root ", root, " is not a directory"));
+  }
+  // One writer per root: a second engine, here or in another process, would
+  // race this one's commits, LATEST and delta base.
+  auto writer_lock = LockRoot(root, RootLockKind::kWriter, "ckpt engine", fs.get());
+  if (!writer_lock.ok()) {
+    if (writer_lock.status().code() != absl::StatusCode::kUnavailable) return writer_lock.status();
+    return absl::UnavailableError(absl::StrCat(
+        writer_lock.status().message(), " (one engine writes a root at a time: close the other first)"));
+  }
+  // Holding the lock, every save in progress in ROOT is ours: a
+  // `.tmp-step-*` directory there was left by a writer that died mid-save.
+  CKPT_RETURN_IF_ERROR(RemoveAbandonedSaves(*fs, root));
+  auto backend = OpenIo(*fs, options.io, root);
+  if (!backend.ok()) return Annotate(backend.status(), absl::StrCat("checkpoint root ", root));
+  auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(*writer_lock),
+                                             std::move(*backend));
+  CKPT_RETURN_IF_ERROR(engine->Start());
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+}  // namespace ckpt

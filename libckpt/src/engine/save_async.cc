@@ -1,0 +1,234 @@
+// `EngineImpl::SaveAsync`: a save from the caller's tensors to a job the
+// persister writes, staged on the caller's thread (eager) or handed to the
+// lazy stager.
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "engine/engine_impl.h"
+#include "engine/save_job.h"
+#include "engine/stager.h"
+#include "format/manifest.h"
+#include "format/names.h"
+#include "format/shard_plan.h"
+#include "util/log.h"
+#include "util/status_macros.h"
+
+namespace ckpt::internal {
+namespace {
+
+std::atomic<DeviceCopierFactory> device_copier_factory{nullptr};
+
+// The checks on its arguments that `Engine::SaveAsync` documents.
+absl::Status ValidateSave(int64_t step, std::span<const TensorView> tensors,
+                          absl::string_view extras_json) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is negative"));
+  absl::flat_hash_set<absl::string_view> names;
+  names.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorView& t = tensors[i];
+    absl::Status name_ok = ValidateTensorName(t.name);
+    if (!name_ok.ok()) return Annotate(name_ok, absl::StrCat("tensor #", i));
+    const std::string where = absl::StrCat("tensor \"", t.name, "\"");
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is given twice"));
+    }
+    if (!IsValidDType(t.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown dtype ", static_cast<int>(t.dtype)));
+    }
+    if (t.shape.size() > kMaxRank) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": rank ", t.shape.size(), " > ", kMaxRank));
+    }
+    auto bytes = TensorBytes(t.dtype, t.shape);
+    if (!bytes.ok()) return Annotate(bytes.status(), where);
+    if (*bytes != t.nbytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": shape holds ", *bytes / DTypeSize(t.dtype), " ", DTypeName(t.dtype),
+          " elements but nbytes is ", t.nbytes));
+    }
+    if (t.nbytes > 0 && t.data == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": data is null"));
+    }
+    if (t.device != TensorView::Device::kCpu && t.device != TensorView::Device::kCuda) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown device"));
+    }
+  }
+  auto extras = nlohmann::json::parse(extras_json.begin(), extras_json.end(), nullptr,
+                                      /*allow_exceptions=*/false);
+  if (extras.is_discarded() || !extras.is_object()) {
+    return absl::InvalidArgumentError("extras must be a JSON object (valid UTF-8)");
+  }
+  return absl::OkStatus();
+}
+
+// Marks the streams of `tensors`' device tensors with `copier`: the point
+// the save's copies are ordered after (now, on the caller's thread).
+absl::StatusOr<std::unique_ptr<CallerStreamMark>> MarkCallerStreams(
+    DeviceCopier& copier, std::span<const TensorView> tensors) {
+  std::vector<DeviceStream> streams;
+  for (const TensorView& t : tensors) {
+    const DeviceStream ds{t.device_index, t.stream};
+    if (t.device != TensorView::Device::kCpu &&
+        std::find(streams.begin(), streams.end(), ds) == streams.end()) {
+      streams.push_back(ds);
+    }
+  }
+  return copier.MarkCallerStreams(streams);
+}
+
+}  // namespace
+
+void SetDeviceCopierFactoryForTesting(DeviceCopierFactory factory) {
+  device_copier_factory.store(factory);
+}
+
+// The steps, in order. Validation and an earlier failure need no lock; the
+// rest runs under `staging_mu_`, so saves are planned, queued and staged in
+// the order they were started.
+absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
+    int64_t step, std::span<const TensorView> tensors, absl::string_view extras_json) {
+  const CallerClock clock;
+  CKPT_RETURN_IF_ERROR(ValidateSave(step, tensors, extras_json));
+  CKPT_RETURN_IF_ERROR(TakeUnreportedError());
+  MutexLock staging_lock(&staging_mu_);
+  CKPT_RETURN_IF_ERROR(AdmitStep(step));
+  std::vector<PlannedShard> plan =
+      PlanShards(tensors, options_.shard_min_bytes, options_.shard_max_bytes);
+  const size_t needed = StagingChunksFor(plan);
+  const size_t in_flight = SavesInFlight();
+  CKPT_RETURN_IF_ERROR(SizePoolForSave(needed, in_flight));
+  StagingRequest staging;
+  CKPT_ASSIGN_OR_RETURN(staging.device, DeviceCopierFor(tensors));
+  if (staging.device != nullptr) {
+    CKPT_ASSIGN_OR_RETURN(staging.mark, MarkCallerStreams(*staging.device, tensors));
+  }
+  std::shared_ptr<SaveJob> job = NewJob(step, tensors, extras_json, std::move(plan),
+                                        clock.start(), /*has_device=*/staging.device != nullptr);
+  if (ShouldSkip(needed, in_flight)) {
+    Skip(*job, clock);
+    return job;
+  }
+  TrackInFlight(job);
+  persister_->Enqueue(job);
+  staging.job = job;
+  Stage(std::move(staging), clock);
+  return job;
+}
+
+absl::Status EngineImpl::AdmitStep(int64_t step) {
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return absl::FailedPreconditionError(absl::StrCat("engine for ", root_, " is closed"));
+    if (steps_in_flight_.contains(step)) {
+      return absl::AlreadyExistsError(absl::StrCat("step ", step, " is already being saved"));
+    }
+  }
+  auto existing = fs_->Stat(JoinPath(root_, CheckpointDirName(step)));
+  if (existing.ok()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("checkpoint for step ", step, " already exists in ", root_));
+  }
+  if (existing.status().code() != absl::StatusCode::kNotFound) return existing.status();
+  return absl::OkStatus();
+}
+
+size_t EngineImpl::SavesInFlight() const {
+  MutexLock lock(&mu_);
+  return inflight_.size();
+}
+
+absl::StatusOr<DeviceCopier*> EngineImpl::DeviceCopierFor(std::span<const TensorView> tensors) {
+  for (const TensorView& t : tensors) {
+    if (t.device == TensorView::Device::kCpu) continue;
+    if (copier_ == nullptr) {
+      DeviceCopierFactory factory = device_copier_factory.load();
+      auto copier = factory != nullptr ? factory() : NewCudaCopier();
+      if (!copier.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "tensor \"", t.name, "\" is in CUDA memory, but no CUDA device can be used: ",
+            copier.status().message()));
+      }
+      copier_ = std::move(*copier);
+    }
+    return copier_.get();
+  }
+  return nullptr;
+}
+
+std::shared_ptr<SaveJob> EngineImpl::NewJob(int64_t step, std::span<const TensorView> tensors,
+                                            absl::string_view extras_json,
+                                            std::vector<PlannedShard> plan,
+                                            Clock::time_point start, bool has_device) {
+  // An eager save of host tensors keeps its caller blocked while it copies;
+  // writing meanwhile would only slow that copy down (the CPU and memory
+  // bandwidth are shared) to gain the copy's few hundred milliseconds.
+  const bool defer_writes =
+      lazy_ == nullptr && !has_device && !options_.write_during_eager_staging;
+  return std::make_shared<SaveJob>(
+      step, std::string(extras_json), std::vector<TensorView>(tensors.begin(), tensors.end()),
+      std::move(plan), CheckpointDirName(step), JoinPath(root_, TempDirName(step, NextNonce())),
+      start, defer_writes);
+}
+
+bool EngineImpl::ShouldSkip(size_t needed, size_t in_flight) const {
+  return options_.when_busy == EngineOptions::BusyPolicy::kSkip && in_flight > 0 &&
+         pool_.free_count() < needed;
+}
+
+void EngineImpl::Skip(SaveJob& job, const CallerClock& clock) {
+  SaveStats stats;
+  stats.step = job.step();
+  stats.blocked_s = clock.seconds();
+  stats.blocked_cpu_s = clock.cpu_seconds();
+  stats.backend = backend_.description;
+  job.MarkSkipped(stats);
+  MutexLock lock(&mu_);
+  ++stats_.saves_started;
+  ++stats_.saves_skipped;
+  stats_.last = stats;
+  Log(LogLevel::kInfo, absl::StrCat("skipped save of step ", job.step(), ": staging memory busy"));
+}
+
+void EngineImpl::TrackInFlight(const std::shared_ptr<SaveJob>& job) {
+  MutexLock lock(&mu_);
+  ++stats_.saves_started;
+  inflight_.push_back(job);
+  steps_in_flight_.insert(job->step());
+}
+
+void EngineImpl::Stage(StagingRequest request, const CallerClock& clock) {
+  if (lazy_ != nullptr) {
+    lazy_->Enqueue(std::move(request), clock.seconds(), clock.cpu_seconds());
+    return;
+  }
+  // A staging failure (the persister failed meanwhile, or the engine is
+  // closing) is reported by the handle, with the persister's reason.
+  const std::shared_ptr<SaveJob> job = request.job;
+  StagingReport staged = StageJob(std::move(request), pool_, host_copier_.get());
+  staged.blocked_s = clock.seconds();
+  staged.blocked_cpu_s = clock.cpu_seconds();
+  job->FinishStaging(std::move(staged));
+}
+
+absl::StatusOr<SaveStats> EngineImpl::Save(int64_t step, std::span<const TensorView> tensors,
+                                           absl::string_view extras_json) {
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<SaveHandle> handle, SaveAsync(step, tensors, extras_json));
+  CKPT_RETURN_IF_ERROR(handle->Wait());
+  return handle->stats();
+}
+
+uint64_t EngineImpl::NextNonce() {
+  MutexLock lock(&mu_);
+  return absl::Uniform<uint64_t>(gen_);
+}
+
+}  // namespace ckpt::internal

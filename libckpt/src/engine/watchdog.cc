@@ -1,0 +1,64 @@
+// The engine's watchdog thread: warns once about a save that made no
+// progress for `watchdog_timeout` (and calls `on_stall`), and gives a save
+// up after `stall_timeout`.
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "engine/engine_impl.h"
+#include "util/log.h"
+
+namespace ckpt::internal {
+
+// Watches the oldest save not given up yet: warns once after
+// `watchdog_timeout` without progress, gives it up after `stall_timeout`.
+void EngineImpl::Watch() {
+  const absl::Duration warn_after = options_.watchdog_timeout;
+  const absl::Duration give_up_after = options_.stall_timeout;
+  absl::Duration shortest = absl::InfiniteDuration();
+  if (warn_after > absl::ZeroDuration()) shortest = warn_after;
+  if (give_up_after > absl::ZeroDuration()) shortest = std::min(shortest, give_up_after);
+  const absl::Duration period =
+      std::clamp(shortest / 4, absl::Milliseconds(10), absl::Seconds(1));
+  MutexLock lock(&mu_);
+  while (!watchdog_stop_) {
+    mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return watchdog_stop_; },
+                         period);
+    if (watchdog_stop_) continue;
+    auto live = std::find_if(inflight_.begin(), inflight_.end(),
+                             [](const auto& j) { return !j->expired(); });
+    if (live == inflight_.end()) continue;
+    std::shared_ptr<SaveJob> job = *live;
+    const absl::Duration idle = absl::FromChrono(job->since_progress());
+    const char* stage = SaveStageName(job->stage.load());
+    if (give_up_after > absl::ZeroDuration() && idle >= give_up_after) {
+      absl::Status error = absl::DeadlineExceededError(absl::StrCat(
+          "save of step ", job->step(), " in ", root_, " made no progress for ",
+          absl::FormatDuration(idle), " while in stage ", stage,
+          " (stall_timeout); given up, nothing committed"));
+      if (job->Expire(error)) {
+        ++stats_.saves_given_up;
+        failed_.emplace_back(job, error);
+        Log(LogLevel::kError, error.message());
+        pool_.WakeWaiters();  // a stager waiting for staging memory stops
+        continue;
+      }
+    }
+    if (warn_after <= absl::ZeroDuration() || idle < warn_after ||
+        job->stall_reported.exchange(true)) {
+      continue;
+    }
+    ++stats_.watchdog_stalls;
+    Log(LogLevel::kWarning, absl::StrCat("watchdog: save of step ", job->step(), " in ", root_,
+                                         " made no progress for ", absl::FormatDuration(idle),
+                                         " (stage: ", stage, ")"));
+    if (options_.on_stall) {
+      mu_.Unlock();
+      options_.on_stall(job->step(), idle);
+      mu_.Lock();
+    }
+  }
+}
+
+}  // namespace ckpt::internal
