@@ -1,8 +1,17 @@
 // The asynchronous engine: staging semantics, backpressure, sticky errors,
 // close/cancel, watchdog, metrics, compression.
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -10,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
@@ -39,7 +50,107 @@ std::vector<OwnedTensor> SomeState(uint64_t seed, int64_t elements = 50000) {
   return state;
 }
 
+// `StallingBytes` holds a copy of some bytes that no thread can read until
+// `Release`: a read before then waits in the kernel (a userfaultfd page
+// fault on memory not filled yet), so a test can stop a copy out of a
+// tensor at an exact point, and see that the reader got there. Linux
+// userfaultfd, user-mode faults only (allowed unprivileged since 5.11).
+// The destructor releases.
+class StallingBytes {
+ public:
+  // Errors: userfaultfd is unavailable here (an old kernel, or a seccomp
+  // policy that refuses it).
+  static absl::StatusOr<std::unique_ptr<StallingBytes>> Create(const std::vector<uint8_t>& bytes) {
+    auto held = std::unique_ptr<StallingBytes>(new StallingBytes);
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    held->length_ = std::max<size_t>(page, (bytes.size() + page - 1) / page * page);
+    for (void** map : {&held->memory_, &held->contents_}) {
+      *map = mmap(nullptr, held->length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                  -1, 0);
+      if (*map == MAP_FAILED) {
+        *map = nullptr;
+        return absl::ResourceExhaustedError(absl::StrCat("mmap: ", std::strerror(errno)));
+      }
+    }
+    std::memcpy(held->contents_, bytes.data(), bytes.size());
+    held->fd_ =
+        static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
+    if (held->fd_ < 0) {
+      return absl::UnavailableError(absl::StrCat("userfaultfd: ", std::strerror(errno)));
+    }
+    uffdio_api api{};
+    api.api = UFFD_API;
+    if (ioctl(held->fd_, UFFDIO_API, &api) != 0) {
+      return absl::UnavailableError(absl::StrCat("UFFDIO_API: ", std::strerror(errno)));
+    }
+    uffdio_register reg{};
+    reg.range.start = reinterpret_cast<uintptr_t>(held->memory_);
+    reg.range.len = held->length_;
+    reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+    if (ioctl(held->fd_, UFFDIO_REGISTER, &reg) != 0) {
+      return absl::UnavailableError(absl::StrCat("UFFDIO_REGISTER: ", std::strerror(errno)));
+    }
+    return held;
+  }
 
+  ~StallingBytes() {
+    if (fd_ >= 0) {
+      (void)Release();
+      close(fd_);
+    }
+    if (memory_ != nullptr) munmap(memory_, length_);
+    if (contents_ != nullptr) munmap(contents_, length_);
+  }
+
+  const void* data() const { return memory_; }
+
+  // Waits at most `deadline` for a thread to read the bytes (and wait);
+  // true if one did.
+  bool WaitForReader(absl::Duration deadline) {
+    const absl::Time until = absl::Now() + deadline;
+    pollfd p{fd_, POLLIN, 0};
+    int ready;
+    do {
+      const absl::Duration left = std::max(until - absl::Now(), absl::ZeroDuration());
+      ready = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)));
+    } while (ready < 0 && errno == EINTR);
+    if (ready != 1) return false;
+    uffd_msg msg{};
+    return read(fd_, &msg, sizeof(msg)) == static_cast<ssize_t>(sizeof(msg)) &&
+           msg.event == UFFD_EVENT_PAGEFAULT;
+  }
+
+  // Fills in the bytes: waiting readers resume, later ones do not wait.
+  absl::Status Release() {
+    if (released_) return absl::OkStatus();
+    uffdio_copy copy{};
+    copy.dst = reinterpret_cast<uintptr_t>(memory_);
+    copy.src = reinterpret_cast<uintptr_t>(contents_);
+    copy.len = length_;
+    while (ioctl(fd_, UFFDIO_COPY, &copy) != 0) {
+      if (errno != EAGAIN) {
+        return absl::InternalError(absl::StrCat("UFFDIO_COPY: ", std::strerror(errno)));
+      }
+      // Part was copied: go on from there.
+      const uint64_t done = copy.copy > 0 ? static_cast<uint64_t>(copy.copy) : 0;
+      copy.dst += done;
+      copy.src += done;
+      copy.len -= done;
+      copy.copy = 0;
+    }
+    released_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  StallingBytes() = default;
+
+  void* memory_ = nullptr;    // registered: reads fault until `Release`
+  void* contents_ = nullptr;  // what `Release` fills it with
+  size_t length_ = 0;
+  int fd_ = -1;
+  bool released_ = false;
+};
 
 TEST(AsyncEngineTest, MutatingAfterSaveAsyncReturnsDoesNotLeak) {
   ScratchDir dir;
@@ -158,23 +269,78 @@ TEST(AsyncEngineTest, EagerSaveWritesOnlyOnceStaged) {
   }
 }
 
-// ... unless staging memory runs short, and when asked to overlap.
+// ... unless staging memory runs short, and when asked to overlap. Checked
+// by event order, not by timing: the save's last tensor is held out of reach
+// (`StallingBytes`), so staging cannot finish until the test lets it, and
+// while the stager waits there a shard write must already have been
+// submitted. (With two or more copy threads the stager hands chunks on per
+// 32 MiB batch of copies (engine/stager.cc, kBatchBytes), so a save shorter
+// than that cannot write before staging ends: the threaded case puts a full
+// batch ahead of the held tensor.)
 TEST(AsyncEngineTest, EagerSaveWritesEarlyWhenPoolIsShortOrWhenAsked) {
-  for (bool overlap : {false, true}) {
-    SCOPED_TRACE(overlap ? "write_during_eager_staging" : "pool smaller than the save");
+  struct Case {
+    const char* what;
+    bool overlap;            // write_during_eager_staging
+    int staging_threads;
+    size_t staging_bytes;    // 0: the pool holds the whole save
+    int64_t early_elements;  // float32 elements staged before the held tensor
+  };
+  const Case cases[] = {
+      {"write_during_eager_staging, the caller copies alone", true, 1, 0, 1 << 18},  // 16 chunks
+      {"write_during_eager_staging, 2 copy threads", true, 2, 0, (33 << 20) / 4},   // > 1 batch
+      {"pool smaller than the save", false, 0, 16 * (64 << 10), 1 << 19},          // 32 chunks
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
     ScratchDir dir;
+    auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
     EngineOptions options = SmallChunks();
-    options.write_during_eager_staging = overlap;
-    if (!overlap) options.staging_bytes = 16 * (64 << 10);
+    options.fs = fs;
+    options.write_during_eager_staging = c.overlap;
+    options.staging_threads = c.staging_threads;
+    options.staging_bytes = c.staging_bytes;
     auto engine = Engine::Open(dir.Join("root"), options);
-    ASSERT_TRUE(engine.ok());
-    std::vector<OwnedTensor> state = SomeState(2, 1 << 18);
-    for (int64_t step = 1; step <= 3; ++step) {
-      auto stats = (*engine)->Save(step, Views(state));
-      ASSERT_TRUE(stats.ok()) << stats.status();
-      ExpectCheckpointEquals(dir.Join("root"), step, state);
-      if (!overlap) EXPECT_LT(stats->seconds - stats->persist_s, stats->blocked_s);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const std::vector<OwnedTensor> state = {
+        RandomTensor("early.weight", DType::kFloat32, {c.early_elements}, 1),
+        RandomTensor("late.weight", DType::kFloat32, {1 << 16}, 2)};
+    auto late = StallingBytes::Create(state[1].bytes);
+    if (!late.ok()) GTEST_SKIP() << "cannot hold a tensor's bytes back: " << late.status();
+    std::vector<TensorView> views = Views(state);
+    views[1].data = (*late)->data();
+    fs->RecordCalls(true);
+
+    std::atomic<bool> returned{false};
+    absl::StatusOr<std::shared_ptr<SaveHandle>> handle = absl::UnknownError("not called");
+    std::thread saver([&] {
+      handle = (*engine)->SaveAsync(1, views);
+      returned = true;
+    });
+    // The stager reaches the held tensor and waits in its copy...
+    const bool reached = (*late)->WaitForReader(absl::Seconds(60));
+    // ... where a shard write must come while it waits.
+    bool wrote = false;
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (reached && !wrote && absl::Now() < deadline) {
+      for (const std::string& call : fs->recorded_calls()) {
+        wrote |= absl::StartsWith(call, "IoOp write ") && absl::StrContains(call, ".shard@");
+      }
+      if (!wrote) absl::SleepFor(absl::Milliseconds(1));
     }
+    const bool returned_before_write = returned.load();
+    const absl::Status released = (*late)->Release();
+    testing::RunOrDie([&] { saver.join(); }, absl::Seconds(60), "SaveAsync after the release");
+    ASSERT_TRUE(released.ok()) << released;
+    ASSERT_TRUE(reached) << "the stager never read the held tensor";
+    EXPECT_TRUE(wrote) << "no shard write was submitted while staging waited for its last tensor";
+    EXPECT_FALSE(returned_before_write) << "SaveAsync returned while its last tensor was held";
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    const absl::Status saved = testing::WaitOrDie(**handle, absl::Seconds(60), "the stalled save");
+    ASSERT_TRUE(saved.ok()) << saved;
+    // The handle's figures agree: the first write came before the caller was released.
+    const SaveStats stats = (*handle)->stats();
+    EXPECT_LT(stats.seconds - stats.persist_s, stats.blocked_s);
+    ExpectCheckpointEquals(dir.Join("root"), 1, state);
   }
 }
 
