@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -21,6 +22,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
@@ -645,25 +647,134 @@ TEST(AsyncEngineTest, CorruptCompressedRecordIsDataLoss) {
   EXPECT_EQ((*reader)->Verify().code(), absl::StatusCode::kDataLoss);
 }
 
+// The step a file-system call made by a save is about, from the names in
+// it (".tmp-step-<20 digits>-<nonce>", "step-<20 digits>"); -1 for none.
+int64_t StepNamedIn(absl::string_view call) {
+  const size_t at = call.find("step-");
+  if (at == absl::string_view::npos || call.size() < at + 5 + 20) return -1;
+  int64_t step = 0;
+  for (char c : call.substr(at + 5, 20)) {
+    if (c < '0' || c > '9') return -1;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
+// Saves from several threads at once are written one at a time and commit in
+// the order they were started (engine.h): read from the file-system calls the
+// persister makes, with every save queued before the first one may write.
+// Save X was started before save Y at least when X's `SaveAsync` returned
+// before Y's was called; concurrent calls may go either way.
 TEST(AsyncEngineTest, ConcurrentSaversAreSerialized) {
   ScratchDir dir;
-  auto engine = Engine::Open(dir.Join("root"), SmallChunks());
-  ASSERT_TRUE(engine.ok());
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  options.staging_bytes = 32 << 20;  // every save at once (about 1 MiB each): none waits for memory
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  constexpr int kThreads = 4;
+  constexpr int kSavesEach = 3;
   std::vector<std::vector<OwnedTensor>> states;
-  for (int i = 0; i < 4; ++i) states.push_back(SomeState(i + 1));
+  for (int i = 0; i < kThreads; ++i) states.push_back(SomeState(i + 1));
+  struct Call {
+    int64_t step = -1;
+    int called = 0;    // ticks of `clock`
+    int returned = 0;
+    std::shared_ptr<SaveHandle> handle;
+  };
+  std::vector<Call> calls(kThreads * kSavesEach);
+  std::atomic<int> clock{0};
+  std::atomic<int> queued{0};
+  fs->RecordCalls(true);
+  fs->HoldIo(true);  // the first save's writes wait until every save is queued behind it
   std::vector<std::thread> threads;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&, i] {
-      for (int k = 0; k < 3; ++k) {
-        auto h = (*engine)->SaveAsync(i * 10 + k, Views(states[i]));
-        ASSERT_TRUE(h.ok()) << h.status();
-        ASSERT_TRUE((*h)->Wait().ok());
+      for (int k = 0; k < kSavesEach; ++k) {
+        Call& call = calls[i * kSavesEach + k];
+        call.step = i * 10 + k;
+        call.called = clock++;
+        auto h = (*engine)->SaveAsync(call.step, Views(states[i]));
+        call.returned = clock++;
+        EXPECT_TRUE(h.ok()) << h.status();
+        if (h.ok()) call.handle = *h;
+        ++queued;
       }
     });
   }
-  for (auto& t : threads) t.join();
-  for (int i = 0; i < 4; ++i) {
-    for (int k = 0; k < 3; ++k) ExpectCheckpointEquals(dir.Join("root"), i * 10 + k, states[i]);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (queued < kThreads * kSavesEach && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  const int queued_while_held = queued;
+  fs->HoldIo(false);
+  testing::RunOrDie([&] { for (auto& t : threads) t.join(); }, absl::Seconds(60),
+                    "the saving threads");
+  EXPECT_EQ(queued_while_held, kThreads * kSavesEach) << "SaveAsync blocked behind a held write";
+  for (const Call& call : calls) {
+    ASSERT_NE(call.handle, nullptr) << "step " << call.step;
+    const absl::Status s = testing::WaitOrDie(*call.handle, absl::Seconds(60), "a concurrent save");
+    EXPECT_TRUE(s.ok()) << "step " << call.step << ": " << s;
+  }
+  const std::vector<std::string> log = fs->recorded_calls();
+
+  // Commits: each save's directory renamed into place, then LATEST replaced,
+  // before the next save's first call. Runs: the steps the persister's calls
+  // name, in order, repeats collapsed. One run per save, in commit order,
+  // means no two saves' calls interleave.
+  const std::string latest = absl::StrCat(" to ", dir.Join("root"), "/LATEST");
+  std::vector<int64_t> commits;
+  std::vector<int64_t> runs;
+  bool latest_replaced = true;  // since the last commit
+  for (const std::string& call : log) {
+    if (absl::StartsWith(call, "stat ")) continue;  // SaveAsync's check, on the callers' threads
+    if (absl::StartsWith(call, "rename ") && absl::EndsWith(call, latest)) {
+      EXPECT_FALSE(latest_replaced) << call << ": LATEST replaced twice for one commit";
+      latest_replaced = true;
+      continue;
+    }
+    const int64_t step = StepNamedIn(call);
+    if (step < 0) continue;
+    if (runs.empty() || runs.back() != step) {
+      EXPECT_TRUE(latest_replaced) << call << ": began before the previous commit replaced LATEST";
+      runs.push_back(step);
+    }
+    if (absl::StartsWith(call, "rename ") &&
+        absl::EndsWith(call, absl::StrCat(" to ", dir.Join("root"), "/", StepDirName(step)))) {
+      commits.push_back(step);
+      latest_replaced = false;
+    }
+  }
+  EXPECT_TRUE(latest_replaced) << "the last commit did not replace LATEST";
+  ASSERT_EQ(commits.size(), calls.size());
+  EXPECT_EQ(runs, commits) << "saves interleaved";
+  std::map<int64_t, size_t> position;
+  for (size_t i = 0; i < commits.size(); ++i) position[commits[i]] = i;
+  int ordered_pairs = 0;
+  int out_of_order = 0;
+  std::string first;
+  for (const Call& x : calls) {
+    for (const Call& y : calls) {
+      if (x.returned >= y.called) continue;
+      ++ordered_pairs;
+      if (position[x.step] < position[y.step]) continue;
+      if (out_of_order++ == 0) {
+        first = absl::StrCat("step ", x.step, " was started before step ", y.step,
+                             " but committed after it");
+      }
+    }
+  }
+  EXPECT_EQ(out_of_order, 0) << first << " (commit order: " << absl::StrJoin(commits, ", ") << ")";
+  EXPECT_GE(ordered_pairs, kThreads * kSavesEach * (kSavesEach - 1) / 2);  // each thread's own
+  std::ifstream latest_file(dir.Join("root") + "/LATEST");
+  std::string latest_name;
+  std::getline(latest_file, latest_name);
+  EXPECT_EQ(latest_name, StepDirName(commits.back()));
+  for (int i = 0; i < kThreads; ++i) {
+    for (int k = 0; k < kSavesEach; ++k) {
+      ExpectCheckpointEquals(dir.Join("root"), i * 10 + k, states[i]);
+    }
   }
 }
 
