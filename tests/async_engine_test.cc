@@ -1,15 +1,28 @@
 // The asynchronous engine: staging semantics, backpressure, sticky errors,
 // close/cancel, watchdog, metrics, compression.
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
@@ -39,7 +52,107 @@ std::vector<OwnedTensor> SomeState(uint64_t seed, int64_t elements = 50000) {
   return state;
 }
 
+// `StallingBytes` holds a copy of some bytes that no thread can read until
+// `Release`: a read before then waits in the kernel (a userfaultfd page
+// fault on memory not filled yet), so a test can stop a copy out of a
+// tensor at an exact point, and see that the reader got there. Linux
+// userfaultfd, user-mode faults only (allowed unprivileged since 5.11).
+// The destructor releases.
+class StallingBytes {
+ public:
+  // Errors: userfaultfd is unavailable here (an old kernel, or a seccomp
+  // policy that refuses it).
+  static absl::StatusOr<std::unique_ptr<StallingBytes>> Create(const std::vector<uint8_t>& bytes) {
+    auto held = std::unique_ptr<StallingBytes>(new StallingBytes);
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    held->length_ = std::max<size_t>(page, (bytes.size() + page - 1) / page * page);
+    for (void** map : {&held->memory_, &held->contents_}) {
+      *map = mmap(nullptr, held->length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                  -1, 0);
+      if (*map == MAP_FAILED) {
+        *map = nullptr;
+        return absl::ResourceExhaustedError(absl::StrCat("mmap: ", std::strerror(errno)));
+      }
+    }
+    std::memcpy(held->contents_, bytes.data(), bytes.size());
+    held->fd_ =
+        static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
+    if (held->fd_ < 0) {
+      return absl::UnavailableError(absl::StrCat("userfaultfd: ", std::strerror(errno)));
+    }
+    uffdio_api api{};
+    api.api = UFFD_API;
+    if (ioctl(held->fd_, UFFDIO_API, &api) != 0) {
+      return absl::UnavailableError(absl::StrCat("UFFDIO_API: ", std::strerror(errno)));
+    }
+    uffdio_register reg{};
+    reg.range.start = reinterpret_cast<uintptr_t>(held->memory_);
+    reg.range.len = held->length_;
+    reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+    if (ioctl(held->fd_, UFFDIO_REGISTER, &reg) != 0) {
+      return absl::UnavailableError(absl::StrCat("UFFDIO_REGISTER: ", std::strerror(errno)));
+    }
+    return held;
+  }
 
+  ~StallingBytes() {
+    if (fd_ >= 0) {
+      (void)Release();
+      close(fd_);
+    }
+    if (memory_ != nullptr) munmap(memory_, length_);
+    if (contents_ != nullptr) munmap(contents_, length_);
+  }
+
+  const void* data() const { return memory_; }
+
+  // Waits at most `deadline` for a thread to read the bytes (and wait);
+  // true if one did.
+  bool WaitForReader(absl::Duration deadline) {
+    const absl::Time until = absl::Now() + deadline;
+    pollfd p{fd_, POLLIN, 0};
+    int ready;
+    do {
+      const absl::Duration left = std::max(until - absl::Now(), absl::ZeroDuration());
+      ready = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)));
+    } while (ready < 0 && errno == EINTR);
+    if (ready != 1) return false;
+    uffd_msg msg{};
+    return read(fd_, &msg, sizeof(msg)) == static_cast<ssize_t>(sizeof(msg)) &&
+           msg.event == UFFD_EVENT_PAGEFAULT;
+  }
+
+  // Fills in the bytes: waiting readers resume, later ones do not wait.
+  absl::Status Release() {
+    if (released_) return absl::OkStatus();
+    uffdio_copy copy{};
+    copy.dst = reinterpret_cast<uintptr_t>(memory_);
+    copy.src = reinterpret_cast<uintptr_t>(contents_);
+    copy.len = length_;
+    while (ioctl(fd_, UFFDIO_COPY, &copy) != 0) {
+      if (errno != EAGAIN) {
+        return absl::InternalError(absl::StrCat("UFFDIO_COPY: ", std::strerror(errno)));
+      }
+      // Part was copied: go on from there.
+      const uint64_t done = copy.copy > 0 ? static_cast<uint64_t>(copy.copy) : 0;
+      copy.dst += done;
+      copy.src += done;
+      copy.len -= done;
+      copy.copy = 0;
+    }
+    released_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  StallingBytes() = default;
+
+  void* memory_ = nullptr;    // registered: reads fault until `Release`
+  void* contents_ = nullptr;  // what `Release` fills it with
+  size_t length_ = 0;
+  int fd_ = -1;
+  bool released_ = false;
+};
 
 TEST(AsyncEngineTest, MutatingAfterSaveAsyncReturnsDoesNotLeak) {
   ScratchDir dir;
@@ -158,23 +271,78 @@ TEST(AsyncEngineTest, EagerSaveWritesOnlyOnceStaged) {
   }
 }
 
-// ... unless staging memory runs short, and when asked to overlap.
+// ... unless staging memory runs short, and when asked to overlap. Checked
+// by event order, not by timing: the save's last tensor is held out of reach
+// (`StallingBytes`), so staging cannot finish until the test lets it, and
+// while the stager waits there a shard write must already have been
+// submitted. (With two or more copy threads the stager hands chunks on per
+// 32 MiB batch of copies (engine/stager.cc, kBatchBytes), so a save shorter
+// than that cannot write before staging ends: the threaded case puts a full
+// batch ahead of the held tensor.)
 TEST(AsyncEngineTest, EagerSaveWritesEarlyWhenPoolIsShortOrWhenAsked) {
-  for (bool overlap : {false, true}) {
-    SCOPED_TRACE(overlap ? "write_during_eager_staging" : "pool smaller than the save");
+  struct Case {
+    const char* what;
+    bool overlap;            // write_during_eager_staging
+    int staging_threads;
+    size_t staging_bytes;    // 0: the pool holds the whole save
+    int64_t early_elements;  // float32 elements staged before the held tensor
+  };
+  const Case cases[] = {
+      {"write_during_eager_staging, the caller copies alone", true, 1, 0, 1 << 18},  // 16 chunks
+      {"write_during_eager_staging, 2 copy threads", true, 2, 0, (33 << 20) / 4},   // > 1 batch
+      {"pool smaller than the save", false, 0, 16 * (64 << 10), 1 << 19},          // 32 chunks
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
     ScratchDir dir;
+    auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
     EngineOptions options = SmallChunks();
-    options.write_during_eager_staging = overlap;
-    if (!overlap) options.staging_bytes = 16 * (64 << 10);
+    options.fs = fs;
+    options.write_during_eager_staging = c.overlap;
+    options.staging_threads = c.staging_threads;
+    options.staging_bytes = c.staging_bytes;
     auto engine = Engine::Open(dir.Join("root"), options);
-    ASSERT_TRUE(engine.ok());
-    std::vector<OwnedTensor> state = SomeState(2, 1 << 18);
-    for (int64_t step = 1; step <= 3; ++step) {
-      auto stats = (*engine)->Save(step, Views(state));
-      ASSERT_TRUE(stats.ok()) << stats.status();
-      ExpectCheckpointEquals(dir.Join("root"), step, state);
-      if (!overlap) EXPECT_LT(stats->seconds - stats->persist_s, stats->blocked_s);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const std::vector<OwnedTensor> state = {
+        RandomTensor("early.weight", DType::kFloat32, {c.early_elements}, 1),
+        RandomTensor("late.weight", DType::kFloat32, {1 << 16}, 2)};
+    auto late = StallingBytes::Create(state[1].bytes);
+    if (!late.ok()) GTEST_SKIP() << "cannot hold a tensor's bytes back: " << late.status();
+    std::vector<TensorView> views = Views(state);
+    views[1].data = (*late)->data();
+    fs->RecordCalls(true);
+
+    std::atomic<bool> returned{false};
+    absl::StatusOr<std::shared_ptr<SaveHandle>> handle = absl::UnknownError("not called");
+    std::thread saver([&] {
+      handle = (*engine)->SaveAsync(1, views);
+      returned = true;
+    });
+    // The stager reaches the held tensor and waits in its copy...
+    const bool reached = (*late)->WaitForReader(absl::Seconds(60));
+    // ... where a shard write must come while it waits.
+    bool wrote = false;
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (reached && !wrote && absl::Now() < deadline) {
+      for (const std::string& call : fs->recorded_calls()) {
+        wrote |= absl::StartsWith(call, "IoOp write ") && absl::StrContains(call, ".shard@");
+      }
+      if (!wrote) absl::SleepFor(absl::Milliseconds(1));
     }
+    const bool returned_before_write = returned.load();
+    const absl::Status released = (*late)->Release();
+    testing::RunOrDie([&] { saver.join(); }, absl::Seconds(60), "SaveAsync after the release");
+    ASSERT_TRUE(released.ok()) << released;
+    ASSERT_TRUE(reached) << "the stager never read the held tensor";
+    EXPECT_TRUE(wrote) << "no shard write was submitted while staging waited for its last tensor";
+    EXPECT_FALSE(returned_before_write) << "SaveAsync returned while its last tensor was held";
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    const absl::Status saved = testing::WaitOrDie(**handle, absl::Seconds(60), "the stalled save");
+    ASSERT_TRUE(saved.ok()) << saved;
+    // The handle's figures agree: the first write came before the caller was released.
+    const SaveStats stats = (*handle)->stats();
+    EXPECT_LT(stats.seconds - stats.persist_s, stats.blocked_s);
+    ExpectCheckpointEquals(dir.Join("root"), 1, state);
   }
 }
 
@@ -479,25 +647,134 @@ TEST(AsyncEngineTest, CorruptCompressedRecordIsDataLoss) {
   EXPECT_EQ((*reader)->Verify().code(), absl::StatusCode::kDataLoss);
 }
 
+// The step a file-system call made by a save is about, from the names in
+// it (".tmp-step-<20 digits>-<nonce>", "step-<20 digits>"); -1 for none.
+int64_t StepNamedIn(absl::string_view call) {
+  const size_t at = call.find("step-");
+  if (at == absl::string_view::npos || call.size() < at + 5 + 20) return -1;
+  int64_t step = 0;
+  for (char c : call.substr(at + 5, 20)) {
+    if (c < '0' || c > '9') return -1;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
+// Saves from several threads at once are written one at a time and commit in
+// the order they were started (engine.h): read from the file-system calls the
+// persister makes, with every save queued before the first one may write.
+// Save X was started before save Y at least when X's `SaveAsync` returned
+// before Y's was called; concurrent calls may go either way.
 TEST(AsyncEngineTest, ConcurrentSaversAreSerialized) {
   ScratchDir dir;
-  auto engine = Engine::Open(dir.Join("root"), SmallChunks());
-  ASSERT_TRUE(engine.ok());
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  options.staging_bytes = 32 << 20;  // every save at once (about 1 MiB each): none waits for memory
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  constexpr int kThreads = 4;
+  constexpr int kSavesEach = 3;
   std::vector<std::vector<OwnedTensor>> states;
-  for (int i = 0; i < 4; ++i) states.push_back(SomeState(i + 1));
+  for (int i = 0; i < kThreads; ++i) states.push_back(SomeState(i + 1));
+  struct Call {
+    int64_t step = -1;
+    int called = 0;    // ticks of `clock`
+    int returned = 0;
+    std::shared_ptr<SaveHandle> handle;
+  };
+  std::vector<Call> calls(kThreads * kSavesEach);
+  std::atomic<int> clock{0};
+  std::atomic<int> queued{0};
+  fs->RecordCalls(true);
+  fs->HoldIo(true);  // the first save's writes wait until every save is queued behind it
   std::vector<std::thread> threads;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&, i] {
-      for (int k = 0; k < 3; ++k) {
-        auto h = (*engine)->SaveAsync(i * 10 + k, Views(states[i]));
-        ASSERT_TRUE(h.ok()) << h.status();
-        ASSERT_TRUE((*h)->Wait().ok());
+      for (int k = 0; k < kSavesEach; ++k) {
+        Call& call = calls[i * kSavesEach + k];
+        call.step = i * 10 + k;
+        call.called = clock++;
+        auto h = (*engine)->SaveAsync(call.step, Views(states[i]));
+        call.returned = clock++;
+        EXPECT_TRUE(h.ok()) << h.status();
+        if (h.ok()) call.handle = *h;
+        ++queued;
       }
     });
   }
-  for (auto& t : threads) t.join();
-  for (int i = 0; i < 4; ++i) {
-    for (int k = 0; k < 3; ++k) ExpectCheckpointEquals(dir.Join("root"), i * 10 + k, states[i]);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (queued < kThreads * kSavesEach && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  const int queued_while_held = queued;
+  fs->HoldIo(false);
+  testing::RunOrDie([&] { for (auto& t : threads) t.join(); }, absl::Seconds(60),
+                    "the saving threads");
+  EXPECT_EQ(queued_while_held, kThreads * kSavesEach) << "SaveAsync blocked behind a held write";
+  for (const Call& call : calls) {
+    ASSERT_NE(call.handle, nullptr) << "step " << call.step;
+    const absl::Status s = testing::WaitOrDie(*call.handle, absl::Seconds(60), "a concurrent save");
+    EXPECT_TRUE(s.ok()) << "step " << call.step << ": " << s;
+  }
+  const std::vector<std::string> log = fs->recorded_calls();
+
+  // Commits: each save's directory renamed into place, then LATEST replaced,
+  // before the next save's first call. Runs: the steps the persister's calls
+  // name, in order, repeats collapsed. One run per save, in commit order,
+  // means no two saves' calls interleave.
+  const std::string latest = absl::StrCat(" to ", dir.Join("root"), "/LATEST");
+  std::vector<int64_t> commits;
+  std::vector<int64_t> runs;
+  bool latest_replaced = true;  // since the last commit
+  for (const std::string& call : log) {
+    if (absl::StartsWith(call, "stat ")) continue;  // SaveAsync's check, on the callers' threads
+    if (absl::StartsWith(call, "rename ") && absl::EndsWith(call, latest)) {
+      EXPECT_FALSE(latest_replaced) << call << ": LATEST replaced twice for one commit";
+      latest_replaced = true;
+      continue;
+    }
+    const int64_t step = StepNamedIn(call);
+    if (step < 0) continue;
+    if (runs.empty() || runs.back() != step) {
+      EXPECT_TRUE(latest_replaced) << call << ": began before the previous commit replaced LATEST";
+      runs.push_back(step);
+    }
+    if (absl::StartsWith(call, "rename ") &&
+        absl::EndsWith(call, absl::StrCat(" to ", dir.Join("root"), "/", StepDirName(step)))) {
+      commits.push_back(step);
+      latest_replaced = false;
+    }
+  }
+  EXPECT_TRUE(latest_replaced) << "the last commit did not replace LATEST";
+  ASSERT_EQ(commits.size(), calls.size());
+  EXPECT_EQ(runs, commits) << "saves interleaved";
+  std::map<int64_t, size_t> position;
+  for (size_t i = 0; i < commits.size(); ++i) position[commits[i]] = i;
+  int ordered_pairs = 0;
+  int out_of_order = 0;
+  std::string first;
+  for (const Call& x : calls) {
+    for (const Call& y : calls) {
+      if (x.returned >= y.called) continue;
+      ++ordered_pairs;
+      if (position[x.step] < position[y.step]) continue;
+      if (out_of_order++ == 0) {
+        first = absl::StrCat("step ", x.step, " was started before step ", y.step,
+                             " but committed after it");
+      }
+    }
+  }
+  EXPECT_EQ(out_of_order, 0) << first << " (commit order: " << absl::StrJoin(commits, ", ") << ")";
+  EXPECT_GE(ordered_pairs, kThreads * kSavesEach * (kSavesEach - 1) / 2);  // each thread's own
+  std::ifstream latest_file(dir.Join("root") + "/LATEST");
+  std::string latest_name;
+  std::getline(latest_file, latest_name);
+  EXPECT_EQ(latest_name, StepDirName(commits.back()));
+  for (int i = 0; i < kThreads; ++i) {
+    for (int k = 0; k < kSavesEach; ++k) {
+      ExpectCheckpointEquals(dir.Join("root"), i * 10 + k, states[i]);
+    }
   }
 }
 
