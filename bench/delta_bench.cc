@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
         auto handle = (*engine)->SaveAsync(i, state.views);
         blocked.push_back(SecondsSince(start));
         if (!handle.ok() || !(*handle)->Wait().ok()) ckpt::bench::Die("delta save failed");
-        if ((*handle)->stats().kind != "delta") ckpt::bench::Die("expected a delta save");
+        if ((*handle)->stats().kind != ckpt::CheckpointKind::kDelta) ckpt::bench::Die("expected a delta save");
         delta_bytes.push_back(static_cast<double>((*handle)->stats().file_bytes));
       }
       (void)(*engine)->Close();

@@ -619,7 +619,7 @@ TEST(AsyncEngineTest, ZstdCompressedShardsRoundTrip) {
   ExpectCheckpointEquals(dir.Join("root"), 1, state);
   auto reader = Reader::Open(dir.Join("root"), ReaderOptions{});
   ASSERT_TRUE(reader.ok());
-  EXPECT_EQ((*reader)->Find("zeros.w")->encoding, "zstd");
+  EXPECT_EQ((*reader)->Find("zeros.w")->encoding, RecordEncoding::kZstd);
   EXPECT_LT((*reader)->Find("zeros.w")->stored_bytes, 10000u);
 }
 

@@ -2,6 +2,8 @@
 // what the delta did, keeps every later delta of its chain working (on disk
 // and from a running engine), and -- swept through the fault-injecting file
 // system at every call -- either completes or leaves the delta untouched.
+// (About 450 lines, over the house ~400: the fault sweep shares the
+// chain-building fixture of the round-trip tests.)
 #include "ckpt/compact.h"
 
 #include <stdlib.h>
@@ -96,7 +98,7 @@ void WriteChain(const std::string& root, DeltaOptions::Mode mode, int last) {
     Step(state, rng);
     auto stats = (*engine)->Save(step, Views(state), absl::StrCat(R"({"step": )", step, "}"));
     ASSERT_TRUE(stats.ok()) << stats.status();
-    ASSERT_EQ(stats->kind, step == 1 ? "full" : "delta") << "step " << step;
+    ASSERT_EQ(stats->kind, step == 1 ? CheckpointKind::kFull : CheckpointKind::kDelta) << "step " << step;
   }
 }
 
@@ -117,7 +119,7 @@ TEST_P(CompactTest, DeltaBecomesFullWithTheSameValuesAndLaterDeltasStillApply) {
   ASSERT_EQ(ReadAllSteps(root, &before), "");
   auto old_summary = SummarizeCheckpoint(root, 3);
   ASSERT_TRUE(old_summary.ok());
-  ASSERT_EQ(old_summary->kind, "delta");
+  ASSERT_EQ(old_summary->kind, CheckpointKind::kDelta);
   const std::string latest = FileContents(root + "/LATEST");
 
   auto stats = CompactToFull(root, 3, SameShards());
@@ -127,7 +129,7 @@ TEST_P(CompactTest, DeltaBecomesFullWithTheSameValuesAndLaterDeltasStillApply) {
 
   auto summary = SummarizeCheckpoint(root, 3);
   ASSERT_TRUE(summary.ok());
-  EXPECT_EQ(summary->kind, "full");
+  EXPECT_EQ(summary->kind, CheckpointKind::kFull);
   EXPECT_TRUE(summary->compacted);
   EXPECT_EQ(summary->compacted_from_manifest_xxh3, old_summary->manifest_xxh3);
   EXPECT_EQ(summary->created_unix_ns, old_summary->created_unix_ns);
@@ -185,7 +187,7 @@ TEST_P(CompactTest, ShardsAreThoseOfAFullSaveOfTheSameTensors) {
     EXPECT_EQ(a.name, b.name);
     EXPECT_EQ(a.shard, b.shard) << a.name;
     EXPECT_EQ(a.offset, b.offset) << a.name;
-    EXPECT_EQ(a.encoding, "raw");
+    EXPECT_EQ(a.encoding, RecordEncoding::kRaw);
     EXPECT_EQ(a.xxh3, b.xxh3) << a.name;
     EXPECT_EQ(a.dtype, b.dtype);
     EXPECT_EQ(a.shape, b.shape);
@@ -218,7 +220,7 @@ TEST(CompactEngineTest, WriterKeepsSavingDeltasOnACompactedBase) {
     Step(state, rng);
     auto stats = (*engine)->Save(step, Views(state));
     ASSERT_TRUE(stats.ok()) << stats.status();
-    EXPECT_EQ(stats->kind, step == 1 ? "full" : "delta");
+    EXPECT_EQ(stats->kind, step == 1 ? CheckpointKind::kFull : CheckpointKind::kDelta);
     saved[step] = state;
     if (step == 3) {
       ASSERT_TRUE(CompactToFull(root, 3).ok());
@@ -244,7 +246,7 @@ TEST(CompactEngineTest, IntoAnotherRootLeavesTheSourceAlone) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->swap, "");
   EXPECT_EQ(Diff(root, before), "");
-  EXPECT_EQ(SummarizeCheckpoint(root, 3)->kind, "delta");
+  EXPECT_EQ(SummarizeCheckpoint(root, 3)->kind, CheckpointKind::kDelta);
   EXPECT_EQ(Diff(cold, {{3, before[3]}}), "");
   EXPECT_FALSE(std::filesystem::exists(cold + "/LATEST"));
   EXPECT_EQ(CompactToFull(root, 3, options).status().code(), absl::StatusCode::kAlreadyExists);

@@ -89,7 +89,7 @@ TEST(ExactDeltaTest, TwentyFiveDeltasOfEveryPatternAndDTypeRestoreBitExactly) {
     }
     auto stats = (*engine)->Save(step, Views(state));
     ASSERT_TRUE(stats.ok()) << stats.status();
-    EXPECT_EQ(stats->kind, step == 0 ? "full" : "delta") << "step " << step;
+    EXPECT_EQ(stats->kind, step == 0 ? CheckpointKind::kFull : CheckpointKind::kDelta) << "step " << step;
     history.push_back(state);
   }
   for (int step = 0; step <= 25; ++step) {
@@ -112,7 +112,7 @@ TEST(ExactDeltaTest, DeltaOfOnePercentIsSmall) {
   Mutate(state[0], 0.01, rng);
   auto delta = (*engine)->Save(2, Views(state));
   ASSERT_TRUE(delta.ok());
-  EXPECT_EQ(delta->kind, "delta");
+  EXPECT_EQ(delta->kind, CheckpointKind::kDelta);
   EXPECT_LT(static_cast<double>(delta->file_bytes) / full->file_bytes, 0.025);
 }
 
@@ -122,19 +122,20 @@ TEST(DeltaPolicyTest, FullEveryNAndFallbackToFullWhenNotSmaller) {
   ASSERT_TRUE(engine.ok());
   std::vector<OwnedTensor> state = {RandomTensor("w", DType::kFloat32, {10000}, 1)};
   std::mt19937_64 rng(5);
-  std::vector<std::string> kinds;
+  std::vector<std::optional<CheckpointKind>> kinds;
   for (int step = 0; step < 7; ++step) {
     Mutate(state[0], 0.01, rng);
     auto stats = (*engine)->Save(step, Views(state));
     ASSERT_TRUE(stats.ok());
     kinds.push_back(stats->kind);
   }
-  EXPECT_EQ(kinds, (std::vector<std::string>{"full", "delta", "delta", "full", "delta", "delta", "full"}));
+  constexpr CheckpointKind kF = CheckpointKind::kFull, kD = CheckpointKind::kDelta;
+  EXPECT_EQ(kinds, (std::vector<std::optional<CheckpointKind>>{kF, kD, kD, kF, kD, kD, kF}));
   // Every element changed to random bits: a delta would not be smaller.
   Mutate(state[0], 1.0, rng);
   auto stats = (*engine)->Save(100, Views(state));
   ASSERT_TRUE(stats.ok());
-  EXPECT_EQ(stats->kind, "full");
+  EXPECT_EQ(stats->kind, CheckpointKind::kFull);
   auto got = ReadAllAt(dir.Join("root"), 100);
   EXPECT_EQ(got[0].bytes, state[0].bytes);
 }
@@ -145,10 +146,10 @@ TEST(DeltaPolicyTest, NewEngineStartsWithAFullSave) {
   {
     auto engine = Engine::Open(dir.Join("root"), DeltaEngine(DeltaOptions::Mode::kExact, 10));
     ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
-    ASSERT_EQ((*engine)->Save(2, Views(state))->kind, "delta");
+    ASSERT_EQ((*engine)->Save(2, Views(state))->kind, CheckpointKind::kDelta);
   }
   auto engine = Engine::Open(dir.Join("root"), DeltaEngine(DeltaOptions::Mode::kExact, 10));
-  EXPECT_EQ((*engine)->Save(3, Views(state))->kind, "full");
+  EXPECT_EQ((*engine)->Save(3, Views(state))->kind, CheckpointKind::kFull);
 }
 
 TEST(TopKDeltaTest, ErrorStaysWithinTheRecordedBoundAndDoesNotAccumulate) {
@@ -177,7 +178,7 @@ TEST(TopKDeltaTest, ErrorStaysWithinTheRecordedBoundAndDoesNotAccumulate) {
     auto reader = Reader::Open(dir.Join("root"), options);
     ASSERT_TRUE(reader.ok()) << reader.status();
     const TensorInfo* info = (*reader)->Find("layer.w");
-    ASSERT_EQ(info->encoding, "topk");
+    ASSERT_EQ(info->encoding, RecordEncoding::kTopK);
     std::vector<float> restored(n);
     ReadTarget target{"layer.w", restored.data(), restored.size() * 4};
     ASSERT_TRUE((*reader)->ReadInto({&target, 1}).ok());
@@ -212,7 +213,7 @@ TEST(TopKDeltaTest, KeepsExactlyCeilRatioTimesNumel) {
   for (int i = 0; i < 989; ++i) EXPECT_EQ(reference[i], 0.0f);
   for (int i = 989; i < 1000; ++i) EXPECT_EQ(reference[i], x[i]);
   std::vector<float> applied(1000, 0.0f);
-  ASSERT_TRUE(internal::ApplyDelta("topk", record->bytes.data(), record->bytes.size(),
+  ASSERT_TRUE(internal::ApplyDelta(RecordEncoding::kTopK, record->bytes.data(), record->bytes.size(),
                                    reinterpret_cast<char*>(applied.data()), 4000, DType::kFloat32)
                   .ok());
   EXPECT_EQ(applied, reference);
@@ -227,7 +228,7 @@ class BrokenChainTest : public ::testing::Test {
     std::mt19937_64 rng(9);
     for (int step = 1; step <= 5; ++step) {
       if (step > 1) Mutate(state_[0], 0.01, rng);
-      ASSERT_EQ((*engine)->Save(step, Views(state_))->kind, step == 1 ? "full" : "delta");
+      ASSERT_EQ((*engine)->Save(step, Views(state_))->kind, step == 1 ? CheckpointKind::kFull : CheckpointKind::kDelta);
       history_.push_back(state_[0].bytes);
     }
   }
@@ -305,10 +306,10 @@ TEST(DeltaCatalogTest, ListShowsKindBaseAndBound) {
   auto list = ListCheckpoints(dir.Join("root"));
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 2u);
-  EXPECT_EQ((*list)[0].kind, "full");
-  EXPECT_EQ((*list)[1].kind, "delta");
+  EXPECT_EQ((*list)[0].kind, CheckpointKind::kFull);
+  EXPECT_EQ((*list)[1].kind, CheckpointKind::kDelta);
   EXPECT_EQ((*list)[1].base_step, 1);
-  EXPECT_EQ((*list)[1].delta_mode, "topk");
+  EXPECT_EQ((*list)[1].delta_mode, DeltaOptions::Mode::kTopK);
   EXPECT_GT((*list)[1].max_error_bound, 0.0);
 }
 

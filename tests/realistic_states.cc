@@ -753,7 +753,7 @@ void ExpectRestores(const std::string& root, const Saved& saved, bool lossy, siz
       ++failures;
       continue;
     }
-    if (!lossy || !IsFloatingDType(want.dtype) || info->encoding != "topk") {
+    if (!lossy || !IsFloatingDType(want.dtype) || info->encoding != RecordEncoding::kTopK) {
       ADD_FAILURE() << where << ": error bound " << info->error_bound << " with encoding "
                     << info->encoding << " in a case without lossy deltas";
       ++failures;
@@ -844,7 +844,7 @@ void RunCase(const CaseSpec& spec) {
   }
 
   std::vector<const Saved*> committed;
-  std::vector<std::string> kinds;
+  std::vector<std::optional<CheckpointKind>> kinds;
   size_t skipped = 0;
   for (const Saved& s : saves) {
     const absl::Status done = WaitWithDeadline(*s.handle, CaseDeadline(), what("Wait", s.step));
@@ -869,7 +869,9 @@ void RunCase(const CaseSpec& spec) {
     const absl::Status closed = engine.Close();
     EXPECT_TRUE(closed.ok()) << closed;
   }
-  const std::string outcome = absl::StrCat("committed ", absl::StrJoin(kinds, ","), "; skipped ",
+  const std::string outcome = absl::StrCat("committed ", absl::StrJoin(kinds, ",", [](std::string* out, const std::optional<CheckpointKind>& kind) {
+    out->append(KindName(kind));
+  }), "; skipped ",
                                            skipped, " of ", saves.size());
   SCOPED_TRACE(outcome);
   const char* verbose = std::getenv("CKPT_CASE_VERBOSE");
@@ -879,14 +881,14 @@ void RunCase(const CaseSpec& spec) {
 
   // What is on disk: exactly the committed steps, full or delta as expected.
   if (!kinds.empty()) {
-    EXPECT_EQ(kinds.front(), "full");
+    EXPECT_EQ(kinds.front(), CheckpointKind::kFull);
   }
   for (size_t i = 0; i < kinds.size(); ++i) {
     if (!WritesDeltas(spec)) {
-      EXPECT_EQ(kinds[i], "full") << "save #" << i;
+      EXPECT_EQ(kinds[i], CheckpointKind::kFull) << "save #" << i;
     }
     if (KindsAreCertain(spec)) {
-      EXPECT_EQ(kinds[i], i % spec.full_every == 0 ? "full" : "delta") << "save #" << i;
+      EXPECT_EQ(kinds[i], i % spec.full_every == 0 ? CheckpointKind::kFull : CheckpointKind::kDelta) << "save #" << i;
     }
   }
   auto listed = ListCheckpoints(root);
@@ -897,10 +899,10 @@ void RunCase(const CaseSpec& spec) {
     EXPECT_EQ(c.step, committed[i]->step);
     EXPECT_TRUE(c.manifest_status.ok()) << c.manifest_status;
     EXPECT_EQ(c.kind, kinds[i]) << "step " << c.step;
-    if (c.kind != "delta") continue;
+    if (c.kind != CheckpointKind::kDelta) continue;
     EXPECT_EQ(c.base_step, i > 0 ? committed[i - 1]->step : -1) << "step " << c.step;
     const bool topk = spec.mode == SaveMode::kTopK || spec.mode == SaveMode::kZstdTopK;
-    EXPECT_EQ(c.delta_mode, topk ? "topk" : "exact") << "step " << c.step;
+    EXPECT_EQ(c.delta_mode, topk ? DeltaOptions::Mode::kTopK : DeltaOptions::Mode::kExact) << "step " << c.step;
     if (!topk) {
       EXPECT_EQ(c.max_error_bound, 0.0) << "step " << c.step;
     }

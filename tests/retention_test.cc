@@ -109,7 +109,7 @@ std::map<int64_t, RestoredStep> WriteSteps(const std::string& root, int full_eve
     for (auto& t : state) Mutate(t, rng);
     auto stats = (*engine)->Save(step, Views(state), absl::StrCat(R"({"step": )", step, "}"));
     EXPECT_TRUE(stats.ok()) << stats.status();
-    EXPECT_EQ(stats->kind, (step - 1) % full_every == 0 ? "full" : "delta") << "step " << step;
+    EXPECT_EQ(stats->kind, (step - 1) % full_every == 0 ? CheckpointKind::kFull : CheckpointKind::kDelta) << "step " << step;
   }
   std::map<int64_t, RestoredStep> restored;
   EXPECT_EQ(testing::ReadAllSteps(root, &restored), "");
@@ -182,7 +182,7 @@ TEST_P(CompactionTest, CompactsTheOldestKeptDeltaOfAChainAndLetsItsBasesGo) {
   EXPECT_EQ(errors, "");
   auto four = SummarizeCheckpoint(root, 4);
   ASSERT_TRUE(four.ok());
-  EXPECT_EQ(four->kind, "full");
+  EXPECT_EQ(four->kind, CheckpointKind::kFull);
   EXPECT_TRUE(four->compacted);
   EXPECT_EQ(testing::DiffSteps(root, Only(before, {4, 5, 6, 7, 8, 11, 12, 13})), "");
   auto latest = Reader::Open(root, ReaderOptions{});
@@ -230,7 +230,7 @@ TEST(RetentionTest, TheStepLatestNamesKeepsItsWholeChain) {
   ASSERT_TRUE(actions.ok()) << actions.status();
   for (const RetentionAction& a : *actions) EXPECT_NE(a.kind, Kind::kCompact) << a.name;
   EXPECT_EQ(testing::DiffSteps(root, Only(before, {1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13})), "");
-  EXPECT_EQ(SummarizeCheckpoint(root, 8)->kind, "delta");
+  EXPECT_EQ(SummarizeCheckpoint(root, 8)->kind, CheckpointKind::kDelta);
 }
 
 // A kept delta whose chain is damaged is not compacted (the reader refuses
@@ -262,7 +262,7 @@ TEST(RetentionTest, AFailedCompactionKeepsTheBasesItWouldHaveFreed) {
   EXPECT_TRUE(absl::StrContains(errors, StepDirName(4))) << errors;
   for (int64_t step : {1, 2, 3}) EXPECT_EQ(kinds[step], Kind::kKeep) << step;
   EXPECT_EQ(*ListSteps(root), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13}));
-  EXPECT_EQ(SummarizeCheckpoint(root, 4)->kind, "delta");
+  EXPECT_EQ(SummarizeCheckpoint(root, 4)->kind, CheckpointKind::kDelta);
   EXPECT_TRUE(Leftovers(root).empty());
   // What does not depend on the damaged step still restores as before.
   for (int64_t step : {11, 12, 13}) {

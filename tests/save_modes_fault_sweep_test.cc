@@ -139,7 +139,7 @@ class SaveModesFaultSweepTest : public ::testing::TestWithParam<ModeConfig> {
   struct Run {
     std::string root;
     absl::Status status;   // of saving step 2
-    std::string kind2;     // its kind, when it committed
+    std::optional<CheckpointKind> kind2;  // its kind, when it committed
     std::string injected;  // the call the fault hit, "" if none
     absl::Status dropped;  // DropUnsyncedData after a crash
     absl::StatusOr<SaveStats> next = absl::UnknownError("not run");  // step 3, same engine
@@ -194,8 +194,8 @@ class SaveModesFaultSweepTest : public ::testing::TestWithParam<ModeConfig> {
     ASSERT_TRUE(run.status.ok()) << run.status;
     ASSERT_TRUE(run.next.ok()) << run.next.status();
     const bool delta = GetParam().delta != DeltaOptions::Mode::kNone;
-    ASSERT_EQ(run.kind2, delta ? "delta" : "full") << "the clean step 2 is not what the sweep tests";
-    ASSERT_EQ(run.next->kind, delta ? "delta" : "full");
+    ASSERT_EQ(run.kind2, delta ? CheckpointKind::kDelta : CheckpointKind::kFull) << "the clean step 2 is not what the sweep tests";
+    ASSERT_EQ(run.next->kind, delta ? CheckpointKind::kDelta : CheckpointKind::kFull);
     ASSERT_EQ(testing::ReadAllSteps(run.root, &clean_), "");
     if (GetParam().delta != DeltaOptions::Mode::kTopK) {
       for (int64_t step : {1, 2, 3}) {
@@ -228,7 +228,9 @@ class SaveModesFaultSweepTest : public ::testing::TestWithParam<ModeConfig> {
     const std::string exists_check = absl::StrCat("stat ", run.root, "/", StepDirName(2));
     if (absl::StartsWith(run.injected, base_check)) {
       if (!run.status.ok()) return absl::StrCat("the base check failed the save: ", run.status.ToString());
-      if (run.kind2 != "full") return absl::StrCat("unsure of its base, step 2 is a ", run.kind2);
+      if (run.kind2 != CheckpointKind::kFull) {
+        return absl::StrCat("unsure of its base, step 2 is a ", testing::KindName(run.kind2));
+      }
       std::map<int64_t, RestoredStep> got;
       if (std::string e = testing::ReadAllSteps(run.root, &got); !e.empty()) return e;
       for (int64_t step : {1, 2}) {
@@ -245,8 +247,9 @@ class SaveModesFaultSweepTest : public ::testing::TestWithParam<ModeConfig> {
       return absl::StrCat("the error names no path: ", run.status.ToString());
     }
     if (!run.next.ok()) return absl::StrCat("step 3 after the failure: ", run.next.status().ToString());
-    if (run.next->kind != "full" && !refused) {
-      return absl::StrCat("step 3 after a failed save is a ", run.next->kind, ", not a full checkpoint");
+    if (run.next->kind != CheckpointKind::kFull && !refused) {
+      return absl::StrCat("step 3 after a failed save is a ", testing::KindName(run.next->kind),
+                          ", not a full checkpoint");
     }
     std::map<int64_t, RestoredStep> want = CleanSteps({1});
     std::map<int64_t, RestoredStep> got;
@@ -254,7 +257,7 @@ class SaveModesFaultSweepTest : public ::testing::TestWithParam<ModeConfig> {
     if (got.count(2) != 0) return "step 2 is visible";
     // (A top-k delta of step 1 -- after a refused save -- restores only
     // within its bound, which ReadAllSteps checked.)
-    const bool approximate = run.next->kind == "delta" && GetParam().delta == DeltaOptions::Mode::kTopK;
+    const bool approximate = run.next->kind == CheckpointKind::kDelta && GetParam().delta == DeltaOptions::Mode::kTopK;
     if (!approximate) {
       if (std::string e = Exact(got, 3); !e.empty()) return e;
     }
@@ -271,7 +274,9 @@ class SaveModesFaultSweepTest : public ::testing::TestWithParam<ModeConfig> {
   std::string CheckRetried(const Run& run) const {
     const bool delta = GetParam().delta != DeltaOptions::Mode::kNone;
     if (!run.status.ok()) return absl::StrCat("step 2 failed: ", run.status.ToString());
-    if (run.kind2 != (delta ? "delta" : "full")) return absl::StrCat("step 2 became a ", run.kind2);
+    if (run.kind2 != (delta ? CheckpointKind::kDelta : CheckpointKind::kFull)) {
+      return absl::StrCat("step 2 became a ", testing::KindName(run.kind2));
+    }
     if (!run.next.ok()) return absl::StrCat("step 3: ", run.next.status().ToString());
     return testing::DiffSteps(run.root, clean_);
   }
@@ -325,7 +330,7 @@ TEST_P(SaveModesFaultSweepTest, CrashAtEveryCallLeavesStepOneOrStepTwoWhole) {
       if (!engine.ok()) return absl::StrCat("reopening: ", engine.status().ToString());
       absl::StatusOr<SaveStats> next = SaveStep(**engine, 3);
       if (!next.ok()) return absl::StrCat("step 3 after the crash: ", next.status().ToString());
-      if (next->kind != "full") return "a new engine's first save is not full";
+      if (next->kind != CheckpointKind::kFull) return "a new engine's first save is not full";
       engine->reset();
       std::map<int64_t, RestoredStep> got;
       if (std::string e = testing::ReadAllSteps(run.root, &got); !e.empty()) return e;

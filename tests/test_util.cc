@@ -164,6 +164,10 @@ OwnedTensor RandomTensor(const std::string& name, DType dtype, std::vector<int64
   return t;
 }
 
+std::string KindName(const std::optional<CheckpointKind>& kind) {
+  return kind.has_value() ? std::string(CheckpointKindName(*kind)) : "none";
+}
+
 std::vector<TensorView> Views(const std::vector<OwnedTensor>& tensors) {
   std::vector<TensorView> views;
   views.reserve(tensors.size());

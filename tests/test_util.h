@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ void FillRandom(std::vector<uint8_t>& bytes, uint64_t seed);
 OwnedTensor RandomTensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
                          uint64_t seed);
 std::vector<TensorView> Views(const std::vector<OwnedTensor>& tensors);
+
+// A save's kind for messages: "full", "delta", or "none" before it commits.
+std::string KindName(const std::optional<CheckpointKind>& kind);
 
 // Engine options with 64 KiB chunks and small shards, so that small test
 // states still span many chunks, shards and I/O operations.

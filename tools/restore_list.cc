@@ -41,7 +41,9 @@ std::map<int64_t, absl::Status> VerifyAll(const std::string& root,
 
 // A top-k delta, or a checkpoint compacted from one: its values may differ
 // from the saved ones by up to the recorded bound.
-bool IsLossy(const CheckpointSummary& s) { return s.delta_mode == "topk" || s.max_error_bound > 0; }
+bool IsLossy(const CheckpointSummary& s) {
+  return s.delta_mode == DeltaOptions::Mode::kTopK || s.max_error_bound > 0;
+}
 
 void PrintJsonRows(const std::vector<CheckpointSummary>& summaries, int64_t latest,
                    const std::map<int64_t, absl::Status>* verified, Output& output) {
@@ -51,8 +53,8 @@ void PrintJsonRows(const std::vector<CheckpointSummary>& summaries, int64_t late
     // covers a damaged manifest too.
     const absl::Status& error = verified != nullptr ? verified->at(s.step) : s.manifest_status;
     Json row = {{"step", s.step},
-                {"kind", s.kind},
-                {"base_step", s.kind == "delta" ? Json(s.base_step) : Json(nullptr)},
+                {"kind", ok ? CheckpointKindName(s.kind) : ""},  // "" for a damaged manifest
+                {"base_step", ok && s.kind == CheckpointKind::kDelta ? Json(s.base_step) : Json(nullptr)},
                 {"compacted", s.compacted},
                 {"exact", !IsLossy(s)},
                 {"error_bound", s.max_error_bound},
@@ -78,9 +80,10 @@ void PrintTable(const std::vector<CheckpointSummary>& summaries, int64_t latest,
   Table table(header, {true, false, false, true, true, true, false, false, false});
   for (const CheckpointSummary& s : summaries) {
     const bool ok = s.manifest_status.ok();
-    const std::string kind = s.kind == "delta" ? absl::StrCat("delta of ", s.base_step)
-                             : s.compacted     ? s.kind + " (compacted)"
-                                               : s.kind;
+    const std::string kind = s.kind == CheckpointKind::kDelta
+                                 ? absl::StrCat("delta of ", s.base_step)
+                                 : absl::StrCat(CheckpointKindName(s.kind),
+                                                s.compacted ? " (compacted)" : "");
     const std::string exact = IsLossy(s)
                                   ? absl::StrFormat("lossy <= %.3g", s.max_error_bound)
                                   : "exact";

@@ -125,7 +125,7 @@ void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
   std::map<int64_t, int64_t> base_of;  // of every delta in ROOT, as it is now
   for (const auto& [step, planned] : steps) {
     const CheckpointSummary* summary = plan.Find(step);
-    if (summary != nullptr && summary->manifest_status.ok() && summary->kind == "delta") {
+    if (summary != nullptr && summary->manifest_status.ok() && summary->kind == CheckpointKind::kDelta) {
       base_of[step] = summary->base_step;
     }
   }

@@ -7,7 +7,7 @@ namespace ckpt::tools {
 namespace {
 
 bool Intact(const CheckpointSummary* s) { return s != nullptr && s->manifest_status.ok(); }
-bool IsDelta(const CheckpointSummary* s) { return Intact(s) && s->kind == "delta"; }
+bool IsDelta(const CheckpointSummary* s) { return Intact(s) && s->kind == CheckpointKind::kDelta; }
 
 }  // namespace
 

@@ -87,7 +87,7 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
   }
   // Compressed records first, each on its own (one executor per queue at a time).
   for (const RecordTarget& record : records) {
-    if (record.info->encoding == "zstd") {
+    if (record.info->encoding == RecordEncoding::kZstd) {
       CKPT_RETURN_IF_ERROR(DecodeZstdRecord(files_, *record.dir, *record.info, record.dst));
     }
   }

@@ -179,10 +179,11 @@ absl::Status SaveRoot(const std::string& root, const std::vector<int64_t>& steps
     auto saved = (*engine)->Save(step, views, absl::StrCat(R"({"step": )", step, R"(, "lr": 0.5})"));
     if (!saved.ok()) return saved.status();
     // The point of these roots: a full checkpoint and deltas on it.
-    const char* expected = step == steps.front() ? "full" : "delta";
+    const CheckpointKind expected = step == steps.front() ? CheckpointKind::kFull : CheckpointKind::kDelta;
     if (saved->kind != expected) {
       return absl::InternalError(
-          absl::StrCat("step ", step, " was saved as ", saved->kind, ", not ", expected));
+          absl::StrCat("step ", step, " was saved as ", saved->kind ? CheckpointKindName(*saved->kind) : "none",
+                       ", not ", CheckpointKindName(expected)));
     }
     // A few elements change between steps.
     for (size_t i = 0; i < tensors[0].bytes.size(); i += 97) tensors[0].bytes[i] ^= 0x5a;

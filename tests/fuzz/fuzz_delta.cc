@@ -14,8 +14,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 4) return 0;
-  static const char* const kEncodings[] = {"sparse", "xor", "topk"};
-  const std::string encoding = kEncodings[data[0] % 3];
+  using ckpt::RecordEncoding;
+  static constexpr RecordEncoding kEncodings[] = {RecordEncoding::kSparse, RecordEncoding::kXor,
+                                                  RecordEncoding::kTopK};
+  const RecordEncoding encoding = kEncodings[data[0] % 3];
   const auto dtype = static_cast<ckpt::DType>(data[1] % ckpt::kNumDTypes);
   const size_t elements = (size_t{data[2]} << 8 | data[3]) % 4096;
   const size_t n = elements * ckpt::DTypeSize(dtype);

@@ -106,11 +106,11 @@ std::vector<std::string> SafetensorsSeeds() {
 Manifest SampleManifest(bool delta) {
   Manifest m;
   m.step = delta ? 12 : 10;
-  m.kind = delta ? "delta" : "full";
+  m.kind = delta ? CheckpointKind::kDelta : CheckpointKind::kFull;
   if (delta) {
     m.base_step = 10;
     m.base_manifest_xxh3 = 0x0123456789abcdefULL;
-    m.delta_mode = "exact";
+    m.delta_mode = DeltaOptions::Mode::kExact;
   }
   m.created_unix_ns = 1764620000000000000;
   m.writer = "ckpt fuzz-seed";
@@ -155,7 +155,8 @@ int main(int argc, char** argv) {
   }
 
   // Delta payloads: header (encoding, dtype, element count) + payload.
-  const char* const encodings[] = {"sparse", "xor", "topk"};
+  // In fuzz_delta's order: its first byte % 3 picks the encoding.
+  const RecordEncoding encodings[] = {RecordEncoding::kSparse, RecordEncoding::kXor, RecordEncoding::kTopK};
   i = 0;
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt64, DType::kUInt8}) {
     const size_t elements = 300, n = elements * DTypeSize(dtype);

@@ -11,6 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckpt/file_system.h"
+#include "ckpt/kinds.h"
+#include "ckpt/options.h"
 
 namespace ckpt {
 
@@ -21,9 +23,10 @@ struct CheckpointSummary {
   // OK if the manifest was read and passed its checksum and bounds checks;
   // otherwise why not (the other fields are then zero).
   absl::Status manifest_status;
-  std::string kind;  // "full" or "delta"
+  CheckpointKind kind = CheckpointKind::kFull;
   int64_t base_step = -1;    // for a delta: the checkpoint it applies to
-  std::string delta_mode;    // for a delta: "exact" or "topk"
+  // For a delta: kExact or kTopK; kNone for a full checkpoint.
+  DeltaOptions::Mode delta_mode = DeltaOptions::Mode::kNone;
   double max_error_bound = 0;  // largest per-tensor error bound (0: exact)
   uint64_t tensor_bytes = 0;
   uint64_t file_bytes = 0;  // shard files + manifest

@@ -20,12 +20,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "ckpt/kinds.h"
 #include "ckpt/options.h"
 #include "ckpt/tensor.h"
 
@@ -36,7 +38,7 @@ struct SaveStats {
   int64_t step = 0;
   std::string dir;              // the committed checkpoint directory
   bool skipped = false;         // dropped by `BusyPolicy::kSkip`; nothing was written
-  std::string kind;             // "full" or "delta" (once committed)
+  std::optional<CheckpointKind> kind;  // once committed
   uint64_t tensor_bytes = 0;    // sum of the tensors' sizes
   uint64_t file_bytes = 0;      // bytes of shard files on disk
   size_t tensor_count = 0;
@@ -46,7 +48,7 @@ struct SaveStats {
   // `blocked_s`, the thread waited: for staging memory (`staging_wait_s`), or
   // descheduled by other load on the machine.
   double blocked_cpu_s = 0;
-  double staging_s = 0;         // copying (and hashing) into staging memory
+  double staging_s = 0;         // copying into staging memory (hashing is done by the writer)
   double staging_wait_s = 0;    // part of staging spent waiting for free staging memory
   double persist_s = 0;         // from the save's first write to its commit
   double seconds = 0;           // from `SaveAsync` to commit

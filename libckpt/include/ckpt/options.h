@@ -67,6 +67,10 @@ struct DeltaOptions {
   size_t max_reference_bytes = SIZE_MAX;
 };
 
+// "none", "exact", "topk": the names options and manifests use.
+absl::string_view DeltaModeName(DeltaOptions::Mode mode);
+std::optional<DeltaOptions::Mode> ParseDeltaMode(absl::string_view name);
+
 struct EngineOptions {
   // Every file-system call goes through `fs`; null means `PosixFileSystem()`.
   std::shared_ptr<FileSystem> fs;
@@ -103,8 +107,10 @@ struct EngineOptions {
   // the copy into staging memory is done (or staging memory runs short, when
   // a save is larger than the pool), so they do not compete with the copy the
   // caller is waiting for; the save becomes durable a copy's time later.
-  // true starts writing each chunk as soon as it is staged. Lazy saves and
-  // saves of CUDA tensors always write as soon as chunks are staged.
+  // true starts writing chunks while the copy goes on: as each is staged
+  // with one copy thread, and per batch of up to 32 MiB of copies with
+  // several (so a save under 32 MiB is written once staged either way).
+  // Lazy saves and saves of CUDA tensors always write as chunks are staged.
   bool write_during_eager_staging = false;
   // Threads that copy an eager save's host tensors into staging memory, the
   // caller included (its wait is that copy): one thread's memcpy is well
@@ -139,8 +145,8 @@ struct EngineOptions {
   // writing, commit), every waiter (`WaitStaged`, `Wait`, a caller blocked in
   // `SaveAsync` for staging memory, the next `SaveAsync`, `Close`) gets that
   // error at once, nothing is committed and its temp directory is removed
-  // once the stuck call returns. A save whose final rename has begun is not
-  // given up (it is reported only). Zero disables. See docs/engine.md.
+  // once the stuck call returns. A save whose manifest is durable has begun
+  // its commit (renames and fsyncs) and is not given up (it is reported only). Zero disables. See docs/engine.md.
   absl::Duration stall_timeout = absl::Minutes(10);
   // Called (from the watchdog thread) with the stalled step and how long it
   // has made no progress. Must not call back into the engine.

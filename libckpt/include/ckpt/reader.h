@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/kinds.h"
 #include "ckpt/options.h"
 #include "ckpt/tensor.h"
 
@@ -32,10 +33,10 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   uint64_t raw_bytes = 0;     // bytes of the tensor itself
   uint64_t stored_bytes = 0;  // bytes of its record in the shard file
-  // How the record stores the tensor: "raw" (its bytes), "zstd" (its bytes,
-  // compressed), or for a delta "sparse", "xor" or "topk" against the same
-  // tensor of the base step (docs/format.md, the `encoding` table).
-  std::string encoding;
+  // How the record stores the tensor (ckpt/kinds.h; docs/format.md, the
+  // `encoding` table): whole, or for a delta against the same tensor of the
+  // base step.
+  RecordEncoding encoding = RecordEncoding::kRaw;
   std::string shard;          // shard file name, inside the checkpoint dir
   uint64_t offset = 0;        // 4 KiB-aligned offset of the record in `shard`
   uint64_t xxh3 = 0;          // XXH3-64 of the raw bytes (as restored)

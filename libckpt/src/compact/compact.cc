@@ -50,7 +50,7 @@ bool SameTensors(const std::vector<TensorInfo>& a, const std::vector<TensorInfo>
 Manifest FullManifest(const Manifest& delta, const std::vector<PlannedShard>& plan) {
   Manifest full;
   full.step = delta.step;
-  full.kind = "full";
+  full.kind = CheckpointKind::kFull;
   full.compacted = true;
   full.compacted_from_manifest_xxh3 = delta.manifest_xxh3;
   full.compacted_from_base_step = delta.base_step;
@@ -136,7 +136,7 @@ absl::StatusOr<CompactStats> Compact(FileSystem& fs, std::shared_ptr<FileSystem>
   }
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, fs.NewIoQueue(IoQueueKind::kThreads, 1));
   CKPT_ASSIGN_OR_RETURN(Manifest delta, LoadManifest(fs, *queue, dir, step));
-  if (delta.kind != "delta") {
+  if (delta.kind != CheckpointKind::kDelta) {
     return absl::FailedPreconditionError(absl::StrCat("step ", step, " is already a full checkpoint"));
   }
   if (!in_place && fs.Stat(JoinPath(target, name)).ok()) {

@@ -114,8 +114,6 @@ uint64_t ChangeKey(const char* x, const char* r, DType dtype) {
 
 }  // namespace
 
-bool IsDeltaEncoding(const std::string& e) { return e == "sparse" || e == "xor" || e == "topk"; }
-
 absl::StatusOr<DeltaRecord> EncodeExactDelta(std::span<const Piece> x, char* r, size_t n,
                                              DType dtype, int zstd_level) {
   const size_t elem = DTypeSize(dtype);
@@ -131,10 +129,10 @@ absl::StatusOr<DeltaRecord> EncodeExactDelta(std::span<const Piece> x, char* r, 
   // Sparse costs ~(elem + 1..2) bytes per change; xor costs n bytes before
   // compression (cheap when few bits changed). Past a quarter changed, xor.
   if (indices.size() * 4 <= n / elem) {
-    record.encoding = "sparse";
+    record.encoding = RecordEncoding::kSparse;
     raw = SparsePayload(indices, values.data(), elem);
   } else {
-    record.encoding = "xor";
+    record.encoding = RecordEncoding::kXor;
     raw.resize(1 + n);
     raw[0] = static_cast<char>(kXorTag);
     size_t offset = 0;
@@ -224,7 +222,7 @@ absl::StatusOr<DeltaRecord> EncodeTopKDelta(std::span<const Piece> x, char* r, s
     }
   }
   DeltaRecord record;
-  record.encoding = "topk";
+  record.encoding = RecordEncoding::kTopK;
   record.changed = kept.size();
   record.error_bound = std::bit_cast<double>(dropped_max);
   auto compressed = Compress(SparsePayload(kept, values.data(), elem), zstd_level);
@@ -233,22 +231,22 @@ absl::StatusOr<DeltaRecord> EncodeTopKDelta(std::span<const Piece> x, char* r, s
   return record;
 }
 
-absl::Status ApplyDelta(const std::string& encoding, const char* payload, size_t payload_bytes,
+absl::Status ApplyDelta(RecordEncoding encoding, const char* payload, size_t payload_bytes,
                         char* dst, size_t n, DType dtype) {
   const size_t elem = DTypeSize(dtype);
   const uint64_t numel = elem == 0 ? 0 : n / elem;
   const unsigned long long content = ZSTD_getFrameContentSize(payload, payload_bytes);
   const uint64_t limit = 1 + 10 + numel * (10 + elem) + n;
   if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > limit) {
-    return absl::DataLossError(absl::StrCat(encoding, " delta: bad zstd frame header"));
+    return absl::DataLossError(absl::StrCat(RecordEncodingName(encoding), " delta: bad zstd frame header"));
   }
   std::vector<char> raw(content);
   const size_t got = ZSTD_decompress(raw.data(), raw.size(), payload, payload_bytes);
   if (ZSTD_isError(got) || got != content) {
-    return absl::DataLossError(absl::StrCat(encoding, " delta: corrupt zstd data"));
+    return absl::DataLossError(absl::StrCat(RecordEncodingName(encoding), " delta: corrupt zstd data"));
   }
-  if (raw.empty()) return absl::DataLossError(absl::StrCat(encoding, " delta: empty payload"));
-  if (encoding == "xor") {
+  if (raw.empty()) return absl::DataLossError(absl::StrCat(RecordEncodingName(encoding), " delta: empty payload"));
+  if (encoding == RecordEncoding::kXor) {
     if (static_cast<uint8_t>(raw[0]) != kXorTag || raw.size() != 1 + n) {
       return absl::DataLossError("xor delta: wrong size");
     }
@@ -256,7 +254,7 @@ absl::Status ApplyDelta(const std::string& encoding, const char* payload, size_t
     return absl::OkStatus();
   }
   if (static_cast<uint8_t>(raw[0]) != kSparseTag) {
-    return absl::DataLossError(absl::StrCat(encoding, " delta: bad tag"));
+    return absl::DataLossError(absl::StrCat(RecordEncodingName(encoding), " delta: bad tag"));
   }
   size_t pos = 1;
   auto varint = [&](uint64_t* v) {

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/dtype.h"
+#include "ckpt/kinds.h"
 
 namespace ckpt::internal {
 
@@ -32,7 +33,7 @@ struct Piece {
 };
 
 struct DeltaRecord {
-  std::string encoding;     // "sparse", "xor" or "topk"
+  RecordEncoding encoding = RecordEncoding::kXor;  // kSparse, kXor or kTopK
   std::vector<char> bytes;  // the stored (compressed) payload
   uint64_t changed = 0;     // elements stored (sparse/topk) or changed (xor)
   double error_bound = 0;   // max |restored - X| (0 unless topk dropped some)
@@ -51,10 +52,8 @@ absl::StatusOr<DeltaRecord> EncodeTopKDelta(std::span<const Piece> x, char* r, s
 
 // Applies a stored delta to `dst` (`n` bytes, holding R). kDataLoss on any
 // malformed payload (bounds checked before writing).
-absl::Status ApplyDelta(const std::string& encoding, const char* payload, size_t payload_bytes,
+absl::Status ApplyDelta(RecordEncoding encoding, const char* payload, size_t payload_bytes,
                         char* dst, size_t n, DType dtype);
-
-bool IsDeltaEncoding(const std::string& encoding);
 
 }  // namespace ckpt::internal
 

@@ -319,10 +319,10 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
   bool any_delta = false;
   for (const TensorInfo& t : manifest.tensors) any_delta |= IsDeltaEncoding(t.encoding);
   if (plan.delta && any_delta) {
-    manifest.kind = "delta";
+    manifest.kind = CheckpointKind::kDelta;
     manifest.base_step = reference_->base_step();
     manifest.base_manifest_xxh3 = reference_->base_manifest_xxh3();
-    manifest.delta_mode = ctx_.delta.mode == DeltaOptions::Mode::kTopK ? "topk" : "exact";
+    manifest.delta_mode = ctx_.delta.mode;
   }
   manifest.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
@@ -341,7 +341,7 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
   KillPoint("commit.done");
   if (reference_ != nullptr) {
     reference_->Retain(job.tensors);
-    reference_->Committed(job.step(), manifest.manifest_xxh3, manifest.kind == "delta");
+    reference_->Committed(job.step(), manifest.manifest_xxh3, manifest.kind == CheckpointKind::kDelta);
   }
   stats->tensor_bytes = manifest.tensor_bytes();
   stats->file_bytes = manifest.shard_bytes();

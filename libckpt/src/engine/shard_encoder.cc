@@ -17,7 +17,7 @@ ShardEncoder::ShardEncoder(const SaveJob& job, std::unique_ptr<ShardOutputs> out
     : job_(job),
       outputs_(std::move(outputs)),
       shards_(job.plan.size()),
-      records_(job.tensors.size(), RecordLayout{0, 0, "raw", 0}),
+      records_(job.tensors.size(), RecordLayout{0, 0, RecordEncoding::kRaw, 0}),
       restored_hashes_(job.tensors.size(), 0) {}
 
 absl::Status ShardEncoder::Consume(const StagedChunk& chunk, const char* data,
@@ -73,7 +73,7 @@ class ZstdShardEncoder final : public ShardEncoder {
           RecordLayout& layout = records_[rec.tensor];
           if (lo == rec.offset) {
             CKPT_ASSIGN_OR_RETURN(layout.offset, outputs_->BeginRecord(chunk.shard));
-            layout.encoding = "zstd";
+            layout.encoding = RecordEncoding::kZstd;
           }
           scratch_.resize(ZSTD_compressBound(hi - lo));
           const size_t z = ZSTD_compress2(cctx_.get(), scratch_.data(), scratch_.size(),
@@ -142,14 +142,14 @@ class DeltaShardEncoder final : public ShardEncoder {
         layout.encoding = delta->encoding;
         layout.stored_bytes = delta->bytes.size();
         layout.error_bound = delta->error_bound;
-        if (delta->encoding == "topk") restored_hashes_[rec.tensor] = Xxh3(ref, t.nbytes);
+        if (delta->encoding == RecordEncoding::kTopK) restored_hashes_[rec.tensor] = Xxh3(ref, t.nbytes);
         return outputs_->Append(shard, delta->bytes.data(), delta->bytes.size());
       }
       // Not smaller: store it whole (and the reference becomes X exactly).
     } else {
       ref = reference_->FindOrCreate(t.name, t.dtype, t.shape, t.nbytes);
     }
-    layout.encoding = "raw";
+    layout.encoding = RecordEncoding::kRaw;
     layout.stored_bytes = t.nbytes;
     layout.error_bound = 0;
     size_t offset = 0;

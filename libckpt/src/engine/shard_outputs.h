@@ -23,13 +23,15 @@
 #include "absl/status/statusor.h"
 #include "ckpt/tensor.h"
 
+#include "ckpt/kinds.h"
+
 namespace ckpt::internal {
 
 // Where a record ended up in its encoded shard.
 struct RecordLayout {
   uint64_t offset = 0;
   uint64_t stored_bytes = 0;
-  std::string encoding = "raw";  // "raw", "zstd", "sparse", "xor", "topk"
+  RecordEncoding encoding = RecordEncoding::kRaw;
   double error_bound = 0;
 };
 struct ShardLayout {

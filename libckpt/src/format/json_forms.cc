@@ -11,7 +11,11 @@ nlohmann::ordered_json SaveStatsObject(const SaveStats& s) {
   j["step"] = s.step;
   j["dir"] = s.dir;
   j["skipped"] = s.skipped;
-  j["kind"] = s.kind;
+  if (s.kind.has_value()) {
+    j["kind"] = std::string(CheckpointKindName(*s.kind));
+  } else {
+    j["kind"] = nullptr;  // not committed
+  }
   j["tensor_bytes"] = s.tensor_bytes;
   j["file_bytes"] = s.file_bytes;
   j["tensor_count"] = s.tensor_count;
@@ -53,7 +57,7 @@ nlohmann::ordered_json TensorInfoObject(const TensorInfo& t) {
                               {"offset", t.offset},
                               {"raw_bytes", t.raw_bytes},
                               {"stored_bytes", t.stored_bytes},
-                              {"encoding", t.encoding},
+                              {"encoding", std::string(RecordEncodingName(t.encoding))},
                               {"xxh3", HashToHex(t.xxh3)},
                               {"error_bound", t.error_bound}};
   return j;

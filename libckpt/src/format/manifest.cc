@@ -78,7 +78,8 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
   }
   CKPT_GET(j, "raw_bytes", &t.raw_bytes);
   CKPT_GET(j, "stored_bytes", &t.stored_bytes);
-  CKPT_GET(j, "encoding", &t.encoding);
+  std::string encoding;
+  CKPT_GET(j, "encoding", &encoding);
   CKPT_GET(j, "shard", &t.shard);
   CKPT_GET(j, "offset", &t.offset);
   CKPT_GET(j, "xxh3", &xxh3);
@@ -90,10 +91,12 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
   if (!bytes.ok() || *bytes != t.raw_bytes) {
     return Corrupt(path, absl::StrCat(where, ": shape and dtype do not match raw_bytes ", t.raw_bytes));
   }
-  if (t.encoding != "raw" && t.encoding != "zstd" && !IsDeltaEncoding(t.encoding)) {
-    return Corrupt(path, absl::StrCat(where, ": unknown encoding \"", t.encoding, "\""));
+  std::optional<RecordEncoding> parsed_encoding = ParseRecordEncoding(encoding);
+  if (!parsed_encoding.has_value()) {
+    return Corrupt(path, absl::StrCat(where, ": unknown encoding \"", encoding, "\""));
   }
-  if (t.encoding == "raw" && t.stored_bytes != t.raw_bytes) {
+  t.encoding = *parsed_encoding;
+  if (t.encoding == RecordEncoding::kRaw && t.stored_bytes != t.raw_bytes) {
     return Corrupt(path, absl::StrCat(where, ": raw record stores ", t.stored_bytes,
                                       " bytes, not raw_bytes ", t.raw_bytes));
   }
@@ -101,7 +104,7 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
   // KiB), so a small record claiming a huge tensor is refused here, before a
   // reader allocates raw_bytes for it.
   constexpr uint64_t kMaxZstdRatio = 32768;
-  if (t.encoding == "zstd" && t.raw_bytes / kMaxZstdRatio > t.stored_bytes) {
+  if (t.encoding == RecordEncoding::kZstd && t.raw_bytes / kMaxZstdRatio > t.stored_bytes) {
     return Corrupt(path, absl::StrCat(where, ": a zstd record of ", t.stored_bytes,
                                       " bytes cannot hold raw_bytes ", t.raw_bytes));
   }
@@ -146,7 +149,7 @@ void PlaceRawRecords(const PlannedShard& shard, uint64_t file_bytes, Manifest* m
     t.shard = shard.file;
     t.offset = r.offset;
     t.stored_bytes = t.raw_bytes;
-    t.encoding = "raw";
+    t.encoding = RecordEncoding::kRaw;
   }
 }
 
@@ -155,15 +158,15 @@ absl::StatusOr<std::string> SerializeManifest(Manifest* manifest) {
   Json j;
   j["format_version"] = m.format_version;
   j["step"] = m.step;
-  j["kind"] = m.kind;
-  if (m.kind == "delta") {
+  j["kind"] = std::string(CheckpointKindName(m.kind));
+  if (m.kind == CheckpointKind::kDelta) {
     j["base"] = {{"step", m.base_step}, {"manifest_xxh3", HashToHex(m.base_manifest_xxh3)}};
-    j["delta_mode"] = m.delta_mode;
+    j["delta_mode"] = std::string(DeltaModeName(m.delta_mode));
   }
   if (m.compacted) {
     j["compacted_from"] = {{"manifest_xxh3", HashToHex(m.compacted_from_manifest_xxh3)},
                            {"base_step", m.compacted_from_base_step},
-                           {"delta_mode", m.compacted_from_delta_mode},
+                           {"delta_mode", std::string(DeltaModeName(m.compacted_from_delta_mode))},
                            {"compacted_unix_ns", m.compacted_unix_ns}};
   }
   j["created_unix_ns"] = m.created_unix_ns;
@@ -225,9 +228,11 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
                                                  kFormatVersion, ")"));
   }
   CKPT_GET(j, "step", &m.step);
-  CKPT_GET(j, "kind", &m.kind);
+  std::string kind;
+  CKPT_GET(j, "kind", &kind);
   m.manifest_xxh3 = actual;
-  if (m.kind == "delta") {
+  if (kind == "delta") {
+    m.kind = CheckpointKind::kDelta;
     auto base = j.find("base");
     if (base == j.end() || !base->is_object()) return Corrupt(path, "delta without a base");
     std::string base_hash;
@@ -236,18 +241,21 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
     auto parsed_hash = HashFromHex(base_hash);
     if (!parsed_hash.ok()) return Corrupt(path, parsed_hash.status().message());
     m.base_manifest_xxh3 = *parsed_hash;
-    CKPT_GET(j, "delta_mode", &m.delta_mode);
+    std::string delta_mode;
+    CKPT_GET(j, "delta_mode", &delta_mode);
     if (m.base_step < 0 || m.base_step >= m.step) {
       return Corrupt(path, absl::StrCat("delta base step ", m.base_step, " is not before step ", m.step));
     }
-    if (m.delta_mode != "exact" && m.delta_mode != "topk") {
-      return Corrupt(path, absl::StrCat("unknown delta_mode \"", m.delta_mode, "\""));
+    std::optional<DeltaOptions::Mode> mode = ParseDeltaMode(delta_mode);
+    if (!mode.has_value() || *mode == DeltaOptions::Mode::kNone) {
+      return Corrupt(path, absl::StrCat("unknown delta_mode \"", delta_mode, "\""));
     }
-  } else if (m.kind != "full") {
-    return Corrupt(path, absl::StrCat("unknown kind \"", m.kind, "\""));
+    m.delta_mode = *mode;
+  } else if (kind != "full") {
+    return Corrupt(path, absl::StrCat("unknown kind \"", kind, "\""));
   }
   if (auto from = j.find("compacted_from"); from != j.end()) {
-    if (m.kind != "full" || !from->is_object()) {
+    if (m.kind != CheckpointKind::kFull || !from->is_object()) {
       return Corrupt(path, "compacted_from is not an object of a full checkpoint");
     }
     std::string hash;
@@ -257,7 +265,9 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
     m.compacted = true;
     m.compacted_from_manifest_xxh3 = *parsed_hash;
     CKPT_GET(*from, "base_step", &m.compacted_from_base_step);
-    CKPT_GET(*from, "delta_mode", &m.compacted_from_delta_mode);
+    std::string from_mode;
+    CKPT_GET(*from, "delta_mode", &from_mode);
+    m.compacted_from_delta_mode = ParseDeltaMode(from_mode).value_or(DeltaOptions::Mode::kNone);
     CKPT_GET(*from, "compacted_unix_ns", &m.compacted_unix_ns);
   }
   CKPT_GET(j, "created_unix_ns", &m.created_unix_ns);
@@ -299,7 +309,7 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
   for (size_t i = 0; i < tensors->size(); ++i) {
     auto t = ParseTensor((*tensors)[i], path, i, shard_bytes, m.alignment);
     if (!t.ok()) return t.status();
-    if (m.kind != "delta" && IsDeltaEncoding(t->encoding)) {
+    if (m.kind != CheckpointKind::kDelta && IsDeltaEncoding(t->encoding)) {
       return Corrupt(path, absl::StrCat("tensor \"", t->name, "\" is a delta in a full checkpoint"));
     }
     m.tensors.push_back(std::move(*t));

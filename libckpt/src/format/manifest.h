@@ -30,18 +30,18 @@ struct ShardInfo {
 struct Manifest {
   int format_version = kFormatVersion;
   int64_t step = 0;
-  std::string kind = "full";  // "full" or "delta"
+  CheckpointKind kind = CheckpointKind::kFull;
   // For a delta: the checkpoint it applies to, and that manifest's checksum.
   int64_t base_step = -1;
   uint64_t base_manifest_xxh3 = 0;
-  std::string delta_mode;  // "exact" or "topk" for a delta
+  DeltaOptions::Mode delta_mode = DeltaOptions::Mode::kNone;  // kExact or kTopK for a delta
   // For a full checkpoint written by compaction (`CompactToFull`): the delta
   // it replaced. Deltas written against that delta name its manifest
   // checksum as their base's, which readers accept in place of this one's.
   bool compacted = false;
   uint64_t compacted_from_manifest_xxh3 = 0;
   int64_t compacted_from_base_step = -1;
-  std::string compacted_from_delta_mode;
+  DeltaOptions::Mode compacted_from_delta_mode = DeltaOptions::Mode::kNone;
   int64_t compacted_unix_ns = 0;
   // This manifest's own checksum (set by Serialize/Parse).
   uint64_t manifest_xxh3 = 0;

@@ -43,7 +43,7 @@ absl::StatusOr<DeltaChain> DeltaChain::Load(FileSystem& fs, IoQueue& queue,
           " is not the one the delta was written against (manifest checksum ",
           HashToHex(manifest->manifest_xxh3), ", expected ", HashToHex(expected_hash), ")"));
     }
-    const bool delta = manifest->kind == "delta";
+    const bool delta = manifest->kind == CheckpointKind::kDelta;
     const int64_t base = manifest->base_step;
     expected_hash = manifest->base_manifest_xxh3;
     chain.push_back(ChainLink{dir, std::move(*manifest), {}});

@@ -21,7 +21,7 @@ absl::Status VerifyFullCheckpoint(ShardFiles& files, ReadChunks& chunks, const s
   };
   const std::vector<TensorInfo>& tensors = manifest.tensors;
   for (const TensorInfo& t : tensors) {
-    if (t.encoding == "zstd") {
+    if (t.encoding == RecordEncoding::kZstd) {
       CKPT_RETURN_IF_ERROR(DecodeZstdRecord(files, dir, t, nullptr));
       count(t.raw_bytes);
     }
@@ -65,9 +65,9 @@ absl::Status VerifyFullCheckpoint(ShardFiles& files, ReadChunks& chunks, const s
     // Empty and compressed tensors are checked on their own (compressed
     // ones before this loop).
     while (status.ok() && next_tensor < tensors.size() &&
-           (tensors[next_tensor].raw_bytes == 0 || tensors[next_tensor].encoding == "zstd")) {
+           (tensors[next_tensor].raw_bytes == 0 || tensors[next_tensor].encoding == RecordEncoding::kZstd)) {
       const TensorInfo& t = tensors[next_tensor];
-      if (t.encoding != "zstd" && Xxh3(nullptr, 0) != t.xxh3) {
+      if (t.encoding != RecordEncoding::kZstd && Xxh3(nullptr, 0) != t.xxh3) {
         status = ChecksumMismatch(dir, t, Xxh3(nullptr, 0));
       }
       ++next_tensor;

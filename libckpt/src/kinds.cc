@@ -1,0 +1,58 @@
+#include "ckpt/kinds.h"
+
+#include "ckpt/options.h"
+
+namespace ckpt {
+
+absl::string_view CheckpointKindName(CheckpointKind kind) {
+  switch (kind) {
+    case CheckpointKind::kFull: return "full";
+    case CheckpointKind::kDelta: return "delta";
+  }
+  return "unknown";
+}
+
+std::optional<CheckpointKind> ParseCheckpointKind(absl::string_view name) {
+  for (CheckpointKind k : {CheckpointKind::kFull, CheckpointKind::kDelta}) {
+    if (CheckpointKindName(k) == name) return k;
+  }
+  return std::nullopt;
+}
+
+absl::string_view RecordEncodingName(RecordEncoding encoding) {
+  switch (encoding) {
+    case RecordEncoding::kRaw: return "raw";
+    case RecordEncoding::kZstd: return "zstd";
+    case RecordEncoding::kSparse: return "sparse";
+    case RecordEncoding::kXor: return "xor";
+    case RecordEncoding::kTopK: return "topk";
+  }
+  return "unknown";
+}
+
+std::optional<RecordEncoding> ParseRecordEncoding(absl::string_view name) {
+  for (RecordEncoding e : {RecordEncoding::kRaw, RecordEncoding::kZstd, RecordEncoding::kSparse,
+                           RecordEncoding::kXor, RecordEncoding::kTopK}) {
+    if (RecordEncodingName(e) == name) return e;
+  }
+  return std::nullopt;
+}
+
+absl::string_view DeltaModeName(DeltaOptions::Mode mode) {
+  switch (mode) {
+    case DeltaOptions::Mode::kNone: return "none";
+    case DeltaOptions::Mode::kExact: return "exact";
+    case DeltaOptions::Mode::kTopK: return "topk";
+  }
+  return "unknown";
+}
+
+std::optional<DeltaOptions::Mode> ParseDeltaMode(absl::string_view name) {
+  for (DeltaOptions::Mode m :
+       {DeltaOptions::Mode::kNone, DeltaOptions::Mode::kExact, DeltaOptions::Mode::kTopK}) {
+    if (DeltaModeName(m) == name) return m;
+  }
+  return std::nullopt;
+}
+
+}  // namespace ckpt
