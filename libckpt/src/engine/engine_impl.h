@@ -128,6 +128,9 @@ class EngineImpl final : public Engine {
   // Persister thread, after each save.
   void OnSaveDone(SaveJob& job, const absl::Status& outcome, const SaveStats& s)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends the metrics lines of `skipped` (persister thread, or `Close`
+  // once the persister stopped).
+  void LogSkipped(const std::vector<SaveStats>& skipped);
 
   // The watchdog thread: watches the oldest save not given up yet.
   void Watch() ABSL_LOCKS_EXCLUDED(mu_);
@@ -161,6 +164,10 @@ class EngineImpl final : public Engine {
   // Failed saves with their errors, until a handle or a later call reports them.
   std::deque<std::pair<std::shared_ptr<SaveJob>, absl::Status>> failed_ ABSL_GUARDED_BY(mu_);
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  // Skipped saves not in the metrics log yet: the persister thread writes
+  // their lines after the next finished save's (or `Close` does), so that
+  // the training thread, which skips them, does no file I/O.
+  std::vector<SaveStats> skipped_unlogged_ ABSL_GUARDED_BY(mu_);
   absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
   // Threads of `ReserveStaging`, joined by `Close`.
   std::vector<std::thread> reservations_ ABSL_GUARDED_BY(mu_);

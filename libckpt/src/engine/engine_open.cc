@@ -108,10 +108,13 @@ absl::Status EngineImpl::Close(CloseMode mode) {
   for (std::thread& t : TakeReservations()) t.join();
   MutexLock staging_lock(&staging_mu_);  // no save is staging past this point
   persister_->Stop(mode == CloseMode::kCancel);
+  std::vector<SaveStats> skipped;
   {
     MutexLock lock(&mu_);
     watchdog_stop_ = true;
+    skipped.swap(skipped_unlogged_);
   }
+  LogSkipped(skipped);  // the persister has stopped: this thread has the metrics sink
   if (watchdog_.joinable()) watchdog_.join();
   writer_lock_.reset();  // nothing of this engine writes any more: another may open ROOT
   return TakeUnreportedError();

@@ -190,11 +190,13 @@ void EngineImpl::Skip(SaveJob& job, const CallerClock& clock) {
   stats.blocked_s = clock.seconds();
   stats.blocked_cpu_s = clock.cpu_seconds();
   stats.backend = backend_.description;
+  stats.skipped = true;
   job.MarkSkipped(stats);
   MutexLock lock(&mu_);
   ++stats_.saves_started;
   ++stats_.saves_skipped;
   stats_.last = stats;
+  if (metrics_.has_jsonl()) skipped_unlogged_.push_back(stats);
   Log(LogLevel::kInfo, absl::StrCat("skipped save of step ", job.step(), ": staging memory busy"));
 }
 

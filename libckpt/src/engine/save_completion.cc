@@ -13,8 +13,10 @@ namespace ckpt::internal {
 
 void EngineImpl::OnSaveDone(SaveJob& job, const absl::Status& outcome, const SaveStats& s) {
   EngineStats snapshot;
+  std::vector<SaveStats> skipped;
   {
     MutexLock lock(&mu_);
+    skipped.swap(skipped_unlogged_);
     auto it = std::find_if(inflight_.begin(), inflight_.end(),
                            [&](const auto& j) { return j.get() == &job; });
     std::shared_ptr<SaveJob> owned;
@@ -41,9 +43,17 @@ void EngineImpl::OnSaveDone(SaveJob& job, const absl::Status& outcome, const Sav
     absl::Status m = metrics_.AppendJsonLine(SaveMetricsLine(s, outcome));
     if (!m.ok()) Log(LogLevel::kWarning, absl::StrCat("metrics log: ", m.message()));
   }
+  LogSkipped(skipped);
   if (metrics_.has_prometheus()) {
     absl::Status m = metrics_.WritePrometheus(PrometheusText(snapshot, root_));
     if (!m.ok()) Log(LogLevel::kWarning, absl::StrCat("prometheus textfile: ", m.message()));
+  }
+}
+
+void EngineImpl::LogSkipped(const std::vector<SaveStats>& skipped) {
+  for (const SaveStats& s : skipped) {
+    absl::Status m = metrics_.AppendJsonLine(SaveMetricsLine(s, absl::OkStatus()));
+    if (!m.ok()) Log(LogLevel::kWarning, absl::StrCat("metrics log: ", m.message()));
   }
 }
 
