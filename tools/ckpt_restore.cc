@@ -132,13 +132,13 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::vector<std::string>> positional = flag_set.Parse(argc, argv);
   if (!positional.ok()) return Usage(positional.status().message());
   if (positional->size() > 1) {
-    return Usage(absl::StrFormat("unexpected argument '%s' (only one ROOT may be given)",
+    return Usage(absl::StrFormat("unexpected argument '%s' (only one ROOT may be given; see --help)",
                                  (*positional)[1]));
   }
   if (positional->size() == 1) {
     const std::string& root = positional->front();
     if (!flags.root.empty() && flags.root != root) {
-      return Usage(absl::StrFormat("ROOT given twice: --root %s and '%s'", flags.root, root));
+      return Usage(absl::StrFormat("ROOT given twice: --root %s and '%s' (see --help)", flags.root, root));
     }
     flags.root = root;
   }

@@ -41,7 +41,8 @@ Exit codes:
   2  usage error: an unknown, missing or malformed flag, no --keep-* rule, a
      cold dir equal to, inside or around ROOT, ROOT not a checkpoint root
   3  ROOT or the cold dir is missing
-  4  another ckpt-retain is running on ROOT, or another error
+  4  another ckpt-retain is running on ROOT, its lock file cannot be used, or
+     another error
 
 Every diagnostic is one line on stderr starting with "ckpt-retain: ".
 
@@ -92,8 +93,7 @@ int ExitCodeOf(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kNotFound:
       return kRetainNotFound;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kInvalidArgument:  // e.g. ROOT is not a checkpoint root
       return kRetainUsage;
     default:
       return kRetainError;

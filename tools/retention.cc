@@ -268,7 +268,8 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   if (!latest_file.ok() && !absl::IsNotFound(latest_file.status())) return latest_file.status();
   const bool looks_like_root = latest_file.ok() || !listed->empty();
   if (!looks_like_root) {
-    return absl::FailedPreconditionError(absl::StrCat(root, " holds no checkpoints and no LATEST: not a checkpoint root"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(root, " holds no checkpoints and no LATEST: not a checkpoint root"));
   }
   auto hint = ReadLatestHint(root, fs);
   // The step LATEST names is protected: not knowing it, change nothing. (A
