@@ -3,6 +3,8 @@
 //
 // The binary is found beside this test's build directory
 // (<build>/tests/../tools/ckpt-restore) or at $CKPT_RESTORE_BIN.
+// (About 950 lines, over the house ~400: one test per documented flag and
+// exit code of one binary, sharing the run-the-tool fixture.)
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>

@@ -63,7 +63,9 @@ const char* ActionName(RetentionAction::Kind kind);
 // broken, in ROOT or in the cold tier. Damaged checkpoints are left alone and
 // reported. Order: interrupted compactions are finished first, then kept
 // deltas are compacted (oldest first; if one fails, its bases are kept),
-// then the rest is moved or deleted oldest first, then stale entries go.
+// then what moves is placed in the cold tier oldest first (a base before its
+// dependants), then what leaves ROOT is removed newest first (dependants
+// before their bases), then stale entries go.
 // Removal is `ckpt::RemoveCheckpoint` (renamed to a `.trash-` name, ROOT
 // fsynced, then deleted), so a half-removed checkpoint is never seen as
 // complete; moving is `ckpt::CopyCheckpoint` (or a compaction into

@@ -23,8 +23,8 @@ struct ExportResult {
 
 // The start of a safetensors file holding `tensors` in this order: the
 // 8-byte little-endian header length, then the JSON header (dtype, shape,
-// data_offsets per tensor; "__metadata__" holds `step` and `extras_json` as
-// strings) padded with spaces so that the data starts 8-byte aligned.
+// data_offsets per tensor; "__metadata__" holds "format": "pt", "ckpt_step"
+// (the step as a decimal string) and "ckpt_extras" (`extras_json`)) padded with spaces so that the data starts 8-byte aligned.
 // kInvalidArgument naming the tensor for what safetensors cannot hold (a
 // name that is not valid UTF-8 or is "__metadata__", a duplicate name, a
 // dtype it has no name for, a shape whose byte count does not match
