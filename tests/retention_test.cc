@@ -27,7 +27,7 @@
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
-#include "cli_flags.h"
+#include "common/cli_flags.h"
 #include "gtest/gtest.h"
 #include "retain_cli.h"
 #include "test_util.h"

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "cli_flags.h"
+#include "common/cli_flags.h"
 #include "restore_commands.h"
 
 namespace {

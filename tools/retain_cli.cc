@@ -13,7 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "cli_flags.h"
+#include "common/cli_flags.h"
 #include "nlohmann/json.hpp"
 #include "retention.h"
 
