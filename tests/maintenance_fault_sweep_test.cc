@@ -42,7 +42,7 @@
 #include "ckpt/reader.h"
 #include "ckpt/safetensors.h"
 #include "gtest/gtest.h"
-#include "retention.h"
+#include "retain/retention.h"
 #include "test_util.h"
 #include "testing/fault_injection_file_system.h"
 

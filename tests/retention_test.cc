@@ -3,7 +3,7 @@
 // (About 780 lines, over the house ~400: every rule and the cold tier share
 // the root-building fixture; the crash sweeps are in
 // maintenance_fault_sweep_test.cc.)
-#include "retention.h"
+#include "retain/retention.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -27,9 +27,9 @@
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
-#include "cli_flags.h"
+#include "common/cli_flags.h"
 #include "gtest/gtest.h"
-#include "retain_cli.h"
+#include "retain/cli.h"
 #include "test_util.h"
 
 namespace ckpt {

@@ -1,5 +1,5 @@
-// tools/progress_bar.cc: a one-line progress bar on stderr.
-#include "progress_bar.h"
+// tools/restore/progress_bar.cc: a one-line progress bar on stderr.
+#include "restore/progress_bar.h"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "restore_format.h"
+#include "restore/format.h"
 
 namespace ckpt::tools {
 

@@ -1,9 +1,9 @@
-// tools/restore_list.h: ckpt-restore --list [--verify].
+// tools/restore/list.h: ckpt-restore --list [--verify].
 #ifndef CKPT_TOOLS_RESTORE_LIST_H_
 #define CKPT_TOOLS_RESTORE_LIST_H_
 
-#include "restore_commands.h"
-#include "restore_output.h"
+#include "restore/commands.h"
+#include "restore/output.h"
 
 namespace ckpt::tools {
 

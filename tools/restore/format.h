@@ -1,4 +1,4 @@
-// tools/restore_format.h: text helpers for ckpt-restore's human-readable output.
+// tools/restore/format.h: text helpers for ckpt-restore's human-readable output.
 #ifndef CKPT_TOOLS_RESTORE_FORMAT_H_
 #define CKPT_TOOLS_RESTORE_FORMAT_H_
 

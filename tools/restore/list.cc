@@ -1,5 +1,5 @@
-// tools/restore_list.cc: ckpt-restore --list [--verify].
-#include "restore_list.h"
+// tools/restore/list.cc: ckpt-restore --list [--verify].
+#include "restore/list.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/catalog.h"
-#include "restore_format.h"
-#include "restore_verify.h"
+#include "restore/format.h"
+#include "restore/verify.h"
 
 namespace ckpt::tools {
 namespace {

@@ -1,4 +1,4 @@
-// tools/cli_flags.h: the command-line flags of ckpt-restore and ckpt-retain.
+// tools/common/cli_flags.h: the command-line flags of ckpt-restore and ckpt-retain.
 //
 // `FlagSet` holds a tool's flags, each under its documented dashed name
 // ("keep-last"), and parses argv the way users type it:
@@ -16,8 +16,8 @@
 // Errors are one line that names the flag as the user typed it and ends with
 // "(see --help)"; the tools exit with status 2 on them. Nothing here exits or
 // prints.
-#ifndef CKPT_TOOLS_CLI_FLAGS_H_
-#define CKPT_TOOLS_CLI_FLAGS_H_
+#ifndef CKPT_TOOLS_COMMON_CLI_FLAGS_H_
+#define CKPT_TOOLS_COMMON_CLI_FLAGS_H_
 
 #include <functional>
 #include <optional>
@@ -107,4 +107,4 @@ void AppendWrapped(absl::string_view text, size_t indent, size_t width, std::str
 
 }  // namespace ckpt::tools
 
-#endif  // CKPT_TOOLS_CLI_FLAGS_H_
+#endif  // CKPT_TOOLS_COMMON_CLI_FLAGS_H_

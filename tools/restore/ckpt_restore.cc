@@ -2,7 +2,7 @@
 // ckpt root.
 //
 // This file only parses flags and prints --help; the verbs live in
-// restore_commands.{h,cc}. See docs/ckpt-restore.md.
+// commands.{h,cc}. See docs/ckpt-restore.md.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "cli_flags.h"
-#include "restore_commands.h"
+#include "common/cli_flags.h"
+#include "restore/commands.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
-// tools/cli_flags.cc: parsing the tools' command lines (see cli_flags.h).
-#include "cli_flags.h"
+// tools/common/cli_flags.cc: parsing the tools' command lines (see cli_flags.h).
+#include "common/cli_flags.h"
 
 #include <utility>
 

@@ -1,6 +1,6 @@
-// tools/restore_commands.cc: the verbs of ckpt-restore (--list is in
-// restore_list.cc).
-#include "restore_commands.h"
+// tools/restore/commands.cc: the verbs of ckpt-restore (--list is in
+// list.cc).
+#include "restore/commands.h"
 
 #include <algorithm>
 #include <map>
@@ -20,11 +20,11 @@
 #include "ckpt/json.h"
 #include "ckpt/newest.h"
 #include "ckpt/reader.h"
-#include "restore_format.h"
-#include "restore_list.h"
-#include "restore_output.h"
-#include "restore_verify.h"
 #include "ckpt/safetensors.h"
+#include "restore/format.h"
+#include "restore/list.h"
+#include "restore/output.h"
+#include "restore/verify.h"
 
 namespace ckpt::tools {
 namespace {

@@ -1,10 +1,10 @@
-// tools/restore_output.cc: where a ckpt-restore run writes.
-#include "restore_output.h"
+// tools/restore/output.cc: where a ckpt-restore run writes.
+#include "restore/output.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "restore_commands.h"
+#include "restore/commands.h"
 
 namespace ckpt::tools {
 

@@ -1,5 +1,5 @@
-// tools/restore_format.cc: text helpers for ckpt-restore's human-readable output.
-#include "restore_format.h"
+// tools/restore/format.cc: text helpers for ckpt-restore's human-readable output.
+#include "restore/format.h"
 
 #include <ctime>
 #include <utility>

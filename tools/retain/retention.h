@@ -1,8 +1,8 @@
-// The retention/tiering job behind `ckpt-retain`: which checkpoints of a root
-// to keep, and moving or deleting the rest without ever breaking a delta chain
-// or disturbing a writer. See docs/retention.md.
-#ifndef CKPT_TOOLS_RETENTION_H_
-#define CKPT_TOOLS_RETENTION_H_
+// tools/retain/retention.h: the retention/tiering job behind `ckpt-retain`:
+// which checkpoints of a root to keep, and moving or deleting the rest without
+// ever breaking a delta chain or disturbing a writer. See docs/retention.md.
+#ifndef CKPT_TOOLS_RETAIN_RETENTION_H_
+#define CKPT_TOOLS_RETAIN_RETENTION_H_
 
 #include <cstdint>
 #include <memory>
@@ -77,4 +77,4 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
 
 }  // namespace ckpt::tools
 
-#endif  // CKPT_TOOLS_RETENTION_H_
+#endif  // CKPT_TOOLS_RETAIN_RETENTION_H_

@@ -1,4 +1,4 @@
-// tools/restore_verify.h: verifying checkpoints with ckpt-restore's progress
+// tools/restore/verify.h: verifying checkpoints with ckpt-restore's progress
 // bar. The checking itself is the library's (`Reader::Verify`); this only
 // counts its progress on the bar.
 #ifndef CKPT_TOOLS_RESTORE_VERIFY_H_
@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/reader.h"
-#include "progress_bar.h"
+#include "restore/progress_bar.h"
 
 namespace ckpt::tools {
 

@@ -1,5 +1,5 @@
-// tools/retain_cli.cc: the command line of ckpt-retain (see retain_cli.h).
-#include "retain_cli.h"
+// tools/retain/cli.cc: the command line of ckpt-retain (see cli.h).
+#include "retain/cli.h"
 
 #include "ckpt/log.h"
 
@@ -13,9 +13,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "cli_flags.h"
+#include "common/cli_flags.h"
 #include "nlohmann/json.hpp"
-#include "retention.h"
+#include "retain/retention.h"
 
 namespace ckpt::tools {
 namespace {

@@ -1,4 +1,4 @@
-// tools/progress_bar.h: a one-line progress bar for ckpt-restore's long
+// tools/restore/progress_bar.h: a one-line progress bar for ckpt-restore's long
 // operations (verify, export), drawn on stderr.
 //
 //   ProgressBar bar(std::cerr, ShowProgress(mode));
@@ -10,8 +10,8 @@
 // The bar is redrawn in place with '\r' at most `kRedrawInterval` apart, so a
 // fast loop costs no terminal writes. A disabled bar draws nothing: every call
 // is a cheap no-op, so callers never test whether it is shown.
-#ifndef CKPT_TOOLS_PROGRESS_BAR_H_
-#define CKPT_TOOLS_PROGRESS_BAR_H_
+#ifndef CKPT_TOOLS_RESTORE_PROGRESS_BAR_H_
+#define CKPT_TOOLS_RESTORE_PROGRESS_BAR_H_
 
 #include <chrono>
 #include <cstdint>
@@ -91,4 +91,4 @@ class ProgressBar {
 
 }  // namespace ckpt::tools
 
-#endif  // CKPT_TOOLS_PROGRESS_BAR_H_
+#endif  // CKPT_TOOLS_RESTORE_PROGRESS_BAR_H_

@@ -1,5 +1,5 @@
-// tools/restore_verify.cc: verifying checkpoints with a progress bar.
-#include "restore_verify.h"
+// tools/restore/verify.cc: verifying checkpoints with a progress bar.
+#include "restore/verify.h"
 
 #include <algorithm>
 

@@ -1,4 +1,5 @@
-#include "retention.h"
+// tools/retain/retention.cc: the retention/tiering job (see retention.h).
+#include "retain/retention.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -14,7 +15,7 @@
 #include "ckpt/compact.h"
 #include "ckpt/maintenance.h"
 #include "ckpt/root_lock.h"
-#include "retention_plan.h"
+#include "retain/plan.h"
 
 namespace ckpt::tools {
 namespace {

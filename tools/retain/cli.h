@@ -1,4 +1,4 @@
-// tools/retain_cli.h: the command line of ckpt-retain, apart from `main`, so
+// tools/retain/cli.h: the command line of ckpt-retain, apart from `main`, so
 // that tests can run it in-process. See docs/retention.md.
 #ifndef CKPT_TOOLS_RETAIN_CLI_H_
 #define CKPT_TOOLS_RETAIN_CLI_H_

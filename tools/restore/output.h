@@ -1,5 +1,5 @@
-// tools/restore_output.h: where a ckpt-restore run writes, for the verbs in
-// restore_*.cc.
+// tools/restore/output.h: where a ckpt-restore run writes, for the verbs in
+// this folder.
 #ifndef CKPT_TOOLS_RESTORE_OUTPUT_H_
 #define CKPT_TOOLS_RESTORE_OUTPUT_H_
 
@@ -10,7 +10,7 @@
 
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
-#include "progress_bar.h"
+#include "restore/progress_bar.h"
 
 namespace ckpt::tools {
 

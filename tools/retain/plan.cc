@@ -1,4 +1,5 @@
-#include "retention_plan.h"
+// tools/retain/plan.cc: the retention plan, from summaries alone (see plan.h).
+#include "retain/plan.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

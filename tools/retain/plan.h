@@ -1,7 +1,8 @@
-// What retention does with each checkpoint of a root, decided from their
-// summaries alone (no I/O), so that a dry run and a real run agree.
-#ifndef CKPT_TOOLS_RETENTION_PLAN_H_
-#define CKPT_TOOLS_RETENTION_PLAN_H_
+// tools/retain/plan.h: what retention does with each checkpoint of a root,
+// decided from their summaries alone (no I/O), so that a dry run and a real
+// run agree.
+#ifndef CKPT_TOOLS_RETAIN_PLAN_H_
+#define CKPT_TOOLS_RETAIN_PLAN_H_
 
 #include <cstdint>
 #include <functional>
@@ -12,7 +13,7 @@
 
 #include "absl/time/time.h"
 #include "ckpt/catalog.h"
-#include "retention.h"
+#include "retain/retention.h"
 
 namespace ckpt::tools {
 
@@ -59,4 +60,4 @@ class RetentionPlan {
 
 }  // namespace ckpt::tools
 
-#endif  // CKPT_TOOLS_RETENTION_PLAN_H_
+#endif  // CKPT_TOOLS_RETAIN_PLAN_H_

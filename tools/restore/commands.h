@@ -1,4 +1,4 @@
-// tools/restore_commands.h: the verbs of ckpt-restore, apart from flag parsing.
+// tools/restore/commands.h: the verbs of ckpt-restore, apart from flag parsing.
 //
 // `MakeRequest` turns the raw flags into one `RestoreRequest` (or a usage
 // error); `RunRestore` carries it out, writing results to `out` and every
@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "progress_bar.h"
+#include "restore/progress_bar.h"
 
 namespace ckpt::tools {
 
