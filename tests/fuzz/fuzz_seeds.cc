@@ -116,15 +116,15 @@ Manifest SampleManifest(bool delta) {
   m.writer = "ckpt fuzz-seed";
   m.extras_json = R"({"epoch": 3, "lr": 0.001, "note": "seed"})";
   m.shards = {{"layers.0.attn.0.shard", 3 * 4096}, {"embed.0.shard", 8192}};
-  TensorInfo a{"layers.0.attn.q.weight", DType::kBFloat16, {16, 64}, 2048, 2048, "raw",
+  TensorInfo a{"layers.0.attn.q.weight", DType::kBFloat16, {16, 64}, 2048, 2048, RecordEncoding::kRaw,
                "layers.0.attn.0.shard", 0, 0x1111, 0};
-  TensorInfo b{"layers.0.attn.q.bias", DType::kFloat32, {64}, 256, 256, "raw",
+  TensorInfo b{"layers.0.attn.q.bias", DType::kFloat32, {64}, 256, 256, RecordEncoding::kRaw,
                "layers.0.attn.0.shard", 4096, 0x2222, 0};
-  TensorInfo c{"layers.0.attn.scale", DType::kFloat32, {}, 4, 4, "raw", "layers.0.attn.0.shard", 8192,
-               0x3333, 0};
-  TensorInfo d{"embed.weight", DType::kFloat16, {32, 64}, 4096, 900, delta ? "sparse" : "zstd",
-               "embed.0.shard", 0, 0x4444, 0};
-  TensorInfo e{"embed.empty", DType::kInt64, {0, 3}, 0, 0, "raw", "embed.0.shard", 0, 0x5555, 0};
+  TensorInfo c{"layers.0.attn.scale", DType::kFloat32, {}, 4, 4, RecordEncoding::kRaw,
+               "layers.0.attn.0.shard", 8192, 0x3333, 0};
+  TensorInfo d{"embed.weight", DType::kFloat16, {32, 64}, 4096, 900,
+               delta ? RecordEncoding::kSparse : RecordEncoding::kZstd, "embed.0.shard", 0, 0x4444, 0};
+  TensorInfo e{"embed.empty", DType::kInt64, {0, 3}, 0, 0, RecordEncoding::kRaw, "embed.0.shard", 0, 0x5555, 0};
   m.tensors = {a, b, c, d, e};
   return m;
 }
