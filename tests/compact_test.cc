@@ -399,7 +399,7 @@ class CompactSweepTest : public ::testing::TestWithParam<bool> {
     std::vector<std::string> problems;
     int completed = 0, untouched = 0;
     for (uint64_t n = 1; n <= calls.size() && problems.size() < 20; ++n) {
-      if (io_ops_only && !absl::StartsWith(calls[n - 1], "IoOp ")) continue;
+      if (io_ops_only && !testing::IsTransferCall(calls[n - 1])) continue;
       Run run = CompactWithFault(n, fault, nullptr);
       std::string problem = Check(fault, run);
       if (!problem.empty()) {

@@ -5,7 +5,7 @@
 // The sweeps: a root holds a committed step 1; a second save (step 2) runs
 // with one fault armed at call n, for every n the clean save makes, and for
 // each fault kind. Afterwards the root is read back with a clean file system:
-// - kShortTransfer, kEintr: retried by the library, the save succeeds;
+// - kShortTransfer, kEintr (at transfers): retried, the save succeeds;
 // - kEio, kEnospc: the save fails naming a path (ENOSPC as kResourceExhausted)
 //   and leaves step 1 alone, with nothing of step 2 behind;
 // - kCrash: after dropping what was not durable, the newest checkpoint is
@@ -277,7 +277,7 @@ class FaultSweepTest : public ::testing::TestWithParam<SweepConfig> {
   }
 
   // Runs the step-2 save with `fault` at call n, for every n of a clean save
-  // (of its I/O ops only with `io_ops_only`: other calls ignore kShortTransfer
+  // (of its transfers only with `io_ops_only`: other calls ignore kShortTransfer
   // and kEintr), and collects what `check(n, total, run)` finds wrong ("" for
   // nothing).
   void Sweep(Fault fault, bool io_ops_only,
@@ -287,7 +287,7 @@ class FaultSweepTest : public ::testing::TestWithParam<SweepConfig> {
     ASSERT_GT(total, 50u) << "the save makes suspiciously few calls";
     std::vector<std::string> problems;
     for (uint64_t n = 1; n <= total && problems.size() < 20; ++n) {
-      if (io_ops_only && !absl::StartsWith(calls[n - 1], "IoOp ")) continue;
+      if (io_ops_only && !testing::IsTransferCall(calls[n - 1])) continue;
       Run run = SaveWithFault(n, fault);
       std::string problem = check(n, total, run);
       if (!problem.empty()) {
@@ -449,7 +449,7 @@ TEST_P(FaultSweepTest, ReadFaultsAtEveryCallAreRetriedOrReported) {
   for (Fault fault : {Fault::kShortTransfer, Fault::kEintr, Fault::kEio, Fault::kEnospc}) {
     for (uint64_t n = 1; n <= total && problems.size() < 20; ++n) {
       const bool retried = fault == Fault::kShortTransfer || fault == Fault::kEintr;
-      if (retried && !absl::StartsWith(calls[n - 1], "IoOp ")) continue;
+      if (retried && !testing::IsTransferCall(calls[n - 1])) continue;
       absl::Status status = read(fault, n, nullptr);
       std::string problem;
       if (retried && !status.ok()) problem = status.ToString();

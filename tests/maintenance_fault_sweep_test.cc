@@ -224,7 +224,7 @@ class MaintenanceFaultSweepTest : public ::testing::Test {
     int failed_runs = 0;
     for (uint64_t n = 1; n <= total && problems.size() < 20; ++n) {
       const bool io_only = fault == Fault::kShortTransfer || fault == Fault::kEintr;
-      if (io_only && !absl::StartsWith(clean_calls_[n - 1], "IoOp ")) continue;
+      if (io_only && !testing::IsTransferCall(clean_calls_[n - 1])) continue;
       Run run = RetainWithFault(cold, n, fault);
       std::string problem;
       Outcome outcome;
@@ -334,7 +334,7 @@ TEST_F(MaintenanceFaultSweepTest, SafetensorsExportAtEveryCall) {
   for (Fault fault : {Fault::kCrash, Fault::kEio, Fault::kEnospc, Fault::kShortTransfer, Fault::kEintr}) {
     for (uint64_t n = 1; n <= calls.size() && problems.size() < 20; ++n) {
       const bool retried = fault == Fault::kShortTransfer || fault == Fault::kEintr;
-      if (retried && !absl::StartsWith(calls[n - 1], "IoOp ")) continue;
+      if (retried && !testing::IsTransferCall(calls[n - 1])) continue;
       const std::string dir = scratch_.Join(absl::StrCat("export", ++i));
       std::filesystem::create_directory(dir);
       std::string injected;

@@ -15,8 +15,8 @@
 //   The same engine then saves step 3, which must be a *full* checkpoint (the
 //   reference state may be half updated by the failed save) and restore
 //   exactly.
-// - kShortTransfer, kEintr (I/O ops only): retried; step 2 commits as in the
-//   clean run (a delta stays a delta).
+// - kShortTransfer, kEintr (transfers only: I/O ops, ReadAt, WriteAt):
+//   retried; step 2 commits as in the clean run (a delta stays a delta).
 #include <stdlib.h>
 
 #include <algorithm>
@@ -290,7 +290,7 @@ class SaveModesFaultSweepTest : public ::testing::TestWithParam<ModeConfig> {
     std::vector<std::string> problems;
     size_t runs = 0;
     for (uint64_t n = 1; n <= total && problems.size() < 20; ++n) {
-      if (io_only && !absl::StartsWith(clean_calls_[n - 1], "IoOp ")) continue;
+      if (io_only && !testing::IsTransferCall(clean_calls_[n - 1])) continue;
       Run run = SaveWithFault(n, fault);
       ++runs;
       std::string problem = check(n, run);

@@ -32,11 +32,11 @@ absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& root,
 
 namespace {
 
-CheckpointSummary Summarize(FileSystem& fs, IoQueue& queue, const std::string& root, int64_t step) {
+CheckpointSummary Summarize(FileSystem& fs, const std::string& root, int64_t step) {
   CheckpointSummary s;
   s.step = step;
   s.dir = internal::JoinPath(root, internal::CheckpointDirName(step));
-  auto manifest = internal::LoadManifest(fs, queue, s.dir, step);
+  auto manifest = internal::LoadManifest(fs, s.dir, step);
   if (!manifest.ok()) {
     s.manifest_status = manifest.status();
     return s;
@@ -66,9 +66,8 @@ absl::StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string
                                                                std::shared_ptr<FileSystem> fs) {
   if (fs == nullptr) fs = PosixFileSystem();
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, fs->NewIoQueue(IoQueueKind::kThreads, 1));
   std::vector<CheckpointSummary> summaries;
-  for (int64_t step : steps) summaries.push_back(Summarize(*fs, *queue, root, step));
+  for (int64_t step : steps) summaries.push_back(Summarize(*fs, root, step));
   return summaries;
 }
 
@@ -85,15 +84,13 @@ absl::StatusOr<CheckpointSummary> SummarizeCheckpoint(const std::string& root, i
   if (!stat->is_directory) {
     return absl::NotFoundError(absl::StrCat(dir, " is not a checkpoint directory"));
   }
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, fs->NewIoQueue(IoQueueKind::kThreads, 1));
-  return Summarize(*fs, *queue, root, step);
+  return Summarize(*fs, root, step);
 }
 
 absl::StatusOr<std::optional<int64_t>> ReadLatestHint(const std::string& root,
                                                       std::shared_ptr<FileSystem> fs) {
   if (fs == nullptr) fs = PosixFileSystem();
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, fs->NewIoQueue(IoQueueKind::kThreads, 1));
-  auto contents = internal::ReadSmallFile(*fs, *queue, internal::JoinPath(root, internal::kLatestName), 4096);
+  auto contents = internal::ReadSmallFile(*fs, internal::JoinPath(root, internal::kLatestName), 4096);
   if (!contents.ok()) {
     if (contents.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
     return contents.status();

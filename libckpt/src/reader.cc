@@ -155,13 +155,13 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
     if (!std::binary_search(steps.begin(), steps.end(), step)) {
       return absl::NotFoundError(absl::StrCat("no checkpoint for step ", step, " in ", root));
     }
-    CKPT_ASSIGN_OR_RETURN(DeltaChain chain, DeltaChain::Load(*fs, *backend.queue, root, step));
+    CKPT_ASSIGN_OR_RETURN(DeltaChain chain, DeltaChain::Load(*fs, root, step));
     return std::unique_ptr<Reader>(
         new ReaderImpl(fs, options.io, std::move(chain), std::move(backend)));
   }
   std::string skipped;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    auto chain = DeltaChain::Load(*fs, *backend.queue, root, *it);
+    auto chain = DeltaChain::Load(*fs, root, *it);
     if (chain.ok()) {
       return std::unique_ptr<Reader>(
           new ReaderImpl(fs, options.io, std::move(*chain), std::move(backend)));

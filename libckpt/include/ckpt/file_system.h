@@ -4,17 +4,23 @@
 // `FileSystem`. Tests wrap one to inject faults (EIO, ENOSPC, short writes,
 // EINTR, a crash at the Nth call); `PosixFileSystem()` is the real one.
 //
+// Data moves two ways: bulk shard data through an `IoQueue` (many transfers
+// in flight, io_uring or a thread pool), and small files (manifests, LATEST,
+// metrics files) through `File::ReadAt` / `File::WriteAt`, one synchronous
+// transfer at a time.
+//
 // The contract is deliberately close to the system calls, so that injected
 // faults exercise the library's own retry and error paths:
 // - `IoQueue` completions report what the kernel reported: a byte count that
 //   may be short, or a negative errno (-EINTR and -EAGAIN included). The
 //   library resubmits short transfers, -EINTR and -EAGAIN; it never passes
 //   them to its callers.
+// - `File::ReadAt` and `File::WriteAt` retry short transfers and EINTR
+//   themselves: they move every byte (a read stops early only at end of
+//   file) or fail.
 // - Every other call returns an `absl::Status` whose message names the path.
 #ifndef CKPT_FILE_SYSTEM_H_
 #define CKPT_FILE_SYSTEM_H_
-
-#include <sys/uio.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -61,16 +67,29 @@ struct OpenOptions {
   bool regular_only = false;
 };
 
-// `File` is an open file. Not thread-safe except where noted; data transfers
-// go through an `IoQueue`, not through `File`.
+// `File` is an open file. Not thread-safe except where noted. Bulk data goes
+// through an `IoQueue` of the same file system (a queue refuses files of
+// another one); small files use `ReadAt` and `WriteAt`.
 class File {
  public:
   virtual ~File() = default;
 
   virtual const std::string& path() const = 0;
   virtual bool direct() const = 0;
-  // The descriptor an `IoQueue` of the same file system uses.
-  virtual int native_handle() const = 0;
+
+  // pread(2) of up to `out.size()` bytes at `offset`, retried on EINTR and
+  // after short reads until `out` is full or the file ends. Returns how many
+  // bytes were read: all of `out` unless the file ends first (0 at or past
+  // its end). With `direct()`, `out.data()`, `out.size()` and `offset` must
+  // be multiples of `kDirectIoAlignment` (the small files ckpt reads this
+  // way are opened without `OpenOptions::direct`). Errors name the path.
+  virtual absl::StatusOr<size_t> ReadAt(uint64_t offset, std::span<char> out) = 0;
+  // pwrite(2) of all of `data` at `offset`, retried on EINTR and after short
+  // writes; a write that makes no progress is ENOSPC (kResourceExhausted).
+  // OK means every byte was handed to the kernel (durable after `Sync`); an
+  // error names the path, and part of `data` may have been written. The
+  // file must be open for writing; `direct()` alignment as for `ReadAt`.
+  virtual absl::Status WriteAt(uint64_t offset, std::span<const char> data) = 0;
 
   // fsync(2): on success every byte written and the file size are durable.
   // A failure means the file's contents are unknown: callers abandon it.
@@ -108,7 +127,8 @@ struct IoOp {
   uint64_t offset = 0;
   void* buf = nullptr;
   uint32_t length = 0;
-  // Index into the buffers registered with `IoQueue::RegisterBuffers`, or -1.
+  // Index of the registered buffer (`IoQueue::RegisterBuffers`) that holds
+  // `buf`, or -1.
   int buf_index = -1;
   uint64_t tag = 0;  // returned in the completion
 };
@@ -126,11 +146,18 @@ class IoQueue {
   virtual absl::string_view name() const = 0;
   // The most transfers in flight at once.
   virtual size_t depth() const = 0;
-  // Pins `buffers` for `IoOp::buf_index` (io_uring registered buffers).
-  // kUnimplemented where the queue has no use for it; callers carry on.
-  virtual absl::Status RegisterBuffers(std::span<const iovec> buffers) = 0;
+  // Declares `buffers` as memory that will carry many transfers, so that a
+  // backend may prepare it once instead of per transfer (pin it, map it):
+  // an `IoOp` whose `buf` lies in `buffers[i]` may then say `buf_index = i`.
+  // Replaces any earlier set; an empty span drops it. REQUIRES: no transfer
+  // using a registered buffer is in flight, and the memory stays valid until
+  // it is replaced, dropped or the queue is destroyed. kUnimplemented where
+  // the queue has no use for it; callers carry on with `buf_index = -1`.
+  virtual absl::Status RegisterBuffers(std::span<const std::span<char>> buffers) = 0;
   // Starts `ops`. REQUIRES: in-flight count + ops.size() <= depth().
-  // An error here means none of `ops` started.
+  // An error here means none of `ops` started: kInvalidArgument (naming the
+  // path) when an op's file is not one this queue can transfer, e.g. a file
+  // opened by another file system.
   virtual absl::Status Submit(std::span<const IoOp> ops) = 0;
   // Waits until at least `min_complete` transfers finished and appends every
   // finished one to `out`.

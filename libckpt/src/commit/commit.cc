@@ -12,11 +12,10 @@ namespace ckpt::internal {
 namespace {
 
 // Writes `contents` to a fresh temp file and renames it over ROOT/LATEST.
-absl::Status WriteLatest(FileSystem& fs, IoQueue& queue, const std::string& root,
-                         const std::string& contents) {
+absl::Status WriteLatest(FileSystem& fs, const std::string& root, const std::string& contents) {
   const std::string temp =
       JoinPath(root, UniqueName(absl::StrCat(".", kLatestName, ".tmp"), ""));
-  absl::Status s = WriteFileDurably(fs, queue, temp, contents);
+  absl::Status s = WriteFileDurably(fs, temp, contents);
   if (s.ok()) s = fs.Rename(temp, JoinPath(root, kLatestName), RenameMode::kReplace);
   if (!s.ok()) (void)fs.RemoveFile(temp);
   return s;
@@ -24,7 +23,7 @@ absl::Status WriteLatest(FileSystem& fs, IoQueue& queue, const std::string& root
 
 }  // namespace
 
-absl::Status CommitCheckpoint(FileSystem& fs, IoQueue& queue, const std::string& root,
+absl::Status CommitCheckpoint(FileSystem& fs, const std::string& root,
                               const std::string& temp_dir, const std::string& final_name) {
   CKPT_RETURN_IF_ERROR(fs.SyncDir(temp_dir));
   KillPoint("commit.dir_synced");
@@ -37,7 +36,7 @@ absl::Status CommitCheckpoint(FileSystem& fs, IoQueue& queue, const std::string&
   std::optional<std::string> previous_latest;
   bool latest_replaced = false;
   if (s.ok()) {
-    auto previous = ReadSmallFile(fs, queue, JoinPath(root, kLatestName), 4096);
+    auto previous = ReadSmallFile(fs, JoinPath(root, kLatestName), 4096);
     if (previous.ok()) {
       previous_latest = *previous;
     } else if (previous.status().code() != absl::StatusCode::kNotFound) {
@@ -45,7 +44,7 @@ absl::Status CommitCheckpoint(FileSystem& fs, IoQueue& queue, const std::string&
     }
   }
   if (s.ok()) {
-    s = WriteLatest(fs, queue, root, absl::StrCat(final_name, "\n"));
+    s = WriteLatest(fs, root, absl::StrCat(final_name, "\n"));
     latest_replaced = s.ok();
     if (s.ok()) KillPoint("commit.latest");
   }
@@ -55,7 +54,7 @@ absl::Status CommitCheckpoint(FileSystem& fs, IoQueue& queue, const std::string&
   // take the checkpoint out of sight. Best effort: the first error stands.
   if (latest_replaced) {
     if (previous_latest.has_value()) {
-      (void)WriteLatest(fs, queue, root, *previous_latest);
+      (void)WriteLatest(fs, root, *previous_latest);
     } else {
       (void)fs.RemoveFile(JoinPath(root, kLatestName));
     }

@@ -18,7 +18,7 @@ namespace ckpt::internal {
 // trash name and removes it, so a save that returns an error never leaves a
 // visible checkpoint nor a LATEST naming one. The first error is returned;
 // cleanup is best effort and never hides it.
-absl::Status CommitCheckpoint(FileSystem& fs, IoQueue& queue, const std::string& root,
+absl::Status CommitCheckpoint(FileSystem& fs, const std::string& root,
                               const std::string& temp_dir, const std::string& final_name);
 
 }  // namespace ckpt::internal

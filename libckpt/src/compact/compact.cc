@@ -112,7 +112,7 @@ absl::Status WriteTemp(FileSystem& fs, const CompactOptions& options, Reader& re
   CKPT_RETURN_IF_ERROR(
       WriteShards(fs, backend, options.io.chunk_bytes, reader, plan, delta.tensors, temp));
   CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(&full));
-  CKPT_RETURN_IF_ERROR(WriteFileDurably(fs, *backend.queue, JoinPath(temp, kManifestName), contents));
+  CKPT_RETURN_IF_ERROR(WriteFileDurably(fs, JoinPath(temp, kManifestName), contents));
   CKPT_RETURN_IF_ERROR(fs.SyncDir(temp));
   stats->tensor_bytes = full.tensor_bytes();
   stats->file_bytes = full.shard_bytes();
@@ -134,8 +134,7 @@ absl::StatusOr<CompactStats> Compact(FileSystem& fs, std::shared_ptr<FileSystem>
     if (absl::IsNotFound(stat.status())) return absl::NotFoundError(absl::StrCat("no checkpoint for step ", step));
     return stat.status();
   }
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, fs.NewIoQueue(IoQueueKind::kThreads, 1));
-  CKPT_ASSIGN_OR_RETURN(Manifest delta, LoadManifest(fs, *queue, dir, step));
+  CKPT_ASSIGN_OR_RETURN(Manifest delta, LoadManifest(fs, dir, step));
   if (delta.kind != CheckpointKind::kDelta) {
     return absl::FailedPreconditionError(absl::StrCat("step ", step, " is already a full checkpoint"));
   }
@@ -159,7 +158,7 @@ absl::StatusOr<CompactStats> Compact(FileSystem& fs, std::shared_ptr<FileSystem>
   absl::Status s = WriteTemp(fs, options, *reader, delta, temp, &stats);
   reader.reset();  // closes the delta's files before its directory moves
   if (s.ok()) {
-    s = in_place ? SwapIntoPlace(fs, *queue, root, name, temp, delta.manifest_xxh3, &stats.swap)
+    s = in_place ? SwapIntoPlace(fs, root, name, temp, delta.manifest_xxh3, &stats.swap)
                  : CommitInto(fs, target, name, temp);
   }
   if (!s.ok()) {

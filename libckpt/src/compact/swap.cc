@@ -50,14 +50,14 @@ absl::Status SwapByRenames(FileSystem& fs, const std::string& root, const std::s
 
 }  // namespace
 
-absl::Status SwapIntoPlace(FileSystem& fs, IoQueue& queue, const std::string& root,
+absl::Status SwapIntoPlace(FileSystem& fs, const std::string& root,
                            const std::string& name, const std::string& temp,
                            uint64_t expected_hash, std::string* how) {
   const std::string dir = JoinPath(root, name);
   auto step = ParseCheckpointDirName(name);
   if (!step.has_value()) return absl::InvalidArgumentError(absl::StrCat(name, " is not a checkpoint name"));
   // Last check that the directory is still the one that was read.
-  CKPT_ASSIGN_OR_RETURN(Manifest current, LoadManifest(fs, queue, dir, *step));
+  CKPT_ASSIGN_OR_RETURN(Manifest current, LoadManifest(fs, dir, *step));
   if (current.manifest_xxh3 != expected_hash) {
     return absl::AbortedError(absl::StrCat(dir, " changed while it was being compacted (manifest ",
                                            HashToHex(current.manifest_xxh3), ", read ",

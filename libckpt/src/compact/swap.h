@@ -25,7 +25,7 @@ inline constexpr absl::string_view kCompactAsidePrefix = ".compact-old-";
 // Sets `*how` to "exchange" or "rename". On error ROOT/`name` holds the old
 // checkpoint again as far as possible, and `temp` (if it still exists) is
 // the caller's to remove.
-absl::Status SwapIntoPlace(FileSystem& fs, IoQueue& queue, const std::string& root,
+absl::Status SwapIntoPlace(FileSystem& fs, const std::string& root,
                            const std::string& name, const std::string& temp,
                            uint64_t expected_hash, std::string* how);
 

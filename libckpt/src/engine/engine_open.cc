@@ -52,8 +52,7 @@ EngineImpl::EngineImpl(std::string root, EngineOptions options, std::shared_ptr<
       writer_lock_(std::move(writer_lock)),
       backend_(std::move(backend)),
       pool_(options_.io.chunk_bytes),
-      metrics_(fs_.get(), backend_.queue.get(), options_.metrics_jsonl_path,
-               options_.prometheus_textfile_path) {}
+      metrics_(fs_.get(), options_.metrics_jsonl_path, options_.prometheus_textfile_path) {}
 
 absl::Status EngineImpl::Start() {
   if (options_.staging_bytes > 0) {

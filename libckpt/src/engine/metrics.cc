@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "format/json_forms.h"
 #include "absl/strings/str_format.h"
-#include "io/io_executor.h"
 #include "io/small_file.h"
 #include "util/status_macros.h"
 
@@ -58,9 +57,7 @@ absl::Status MetricsSink::AppendJsonLine(const std::string& line) {
     CKPT_ASSIGN_OR_RETURN(jsonl_offset_, jsonl_->Size());
   }
   std::string text = line + "\n";
-  IoExecutor io(queue_, size_t{1} << 20);
-  CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kWrite, jsonl_.get(), jsonl_offset_, text.data(), text.size(), 0));
-  CKPT_RETURN_IF_ERROR(io.Drain());
+  CKPT_RETURN_IF_ERROR(jsonl_->WriteAt(jsonl_offset_, std::span<const char>(text)));
   jsonl_offset_ += text.size();
   return absl::OkStatus();
 }
@@ -68,7 +65,7 @@ absl::Status MetricsSink::AppendJsonLine(const std::string& line) {
 absl::Status MetricsSink::WritePrometheus(const std::string& text) {
   const std::string temp = prom_path_ + ".tmp";
   (void)fs_->RemoveFile(temp);
-  CKPT_RETURN_IF_ERROR(WriteFileDurably(*fs_, *queue_, temp, text));
+  CKPT_RETURN_IF_ERROR(WriteFileDurably(*fs_, temp, text));
   return fs_->Rename(temp, prom_path_, RenameMode::kReplace);
 }
 

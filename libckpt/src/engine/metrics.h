@@ -23,8 +23,8 @@ std::string PrometheusText(const EngineStats& stats, const std::string& root);
 // Writes metrics through the file-system seam. Used by one thread.
 class MetricsSink {
  public:
-  MetricsSink(FileSystem* fs, IoQueue* queue, std::string jsonl_path, std::string prom_path)
-      : fs_(fs), queue_(queue), jsonl_path_(std::move(jsonl_path)), prom_path_(std::move(prom_path)) {}
+  MetricsSink(FileSystem* fs, std::string jsonl_path, std::string prom_path)
+      : fs_(fs), jsonl_path_(std::move(jsonl_path)), prom_path_(std::move(prom_path)) {}
 
   // Appends `line` and a newline to the JSON-lines file (created if needed).
   absl::Status AppendJsonLine(const std::string& line);
@@ -36,7 +36,6 @@ class MetricsSink {
 
  private:
   FileSystem* const fs_;
-  IoQueue* const queue_;
   const std::string jsonl_path_;
   const std::string prom_path_;
   std::unique_ptr<File> jsonl_;

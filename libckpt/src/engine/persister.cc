@@ -331,13 +331,13 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
   manifest.extras_json = job.extras_json;
   CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(&manifest));
   CKPT_RETURN_IF_ERROR(
-      WriteFileDurably(*ctx_.fs, *ctx_.queue, JoinPath(job.temp_dir, kManifestName), contents));
+      WriteFileDurably(*ctx_.fs, JoinPath(job.temp_dir, kManifestName), contents));
   KillPoint("commit.manifest");
   job.Touch();
   // Past this point the save completes (or fails) on its own: the watchdog
   // no longer gives up on it.
   if (!job.BeginCommit()) return job.abort_reason();
-  CKPT_RETURN_IF_ERROR(CommitCheckpoint(*ctx_.fs, *ctx_.queue, ctx_.root, job.temp_dir, job.final_name));
+  CKPT_RETURN_IF_ERROR(CommitCheckpoint(*ctx_.fs, ctx_.root, job.temp_dir, job.final_name));
   KillPoint("commit.done");
   if (reference_ != nullptr) {
     reference_->Retain(job.tensors);

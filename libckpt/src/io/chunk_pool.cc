@@ -16,9 +16,9 @@ absl::StatusOr<ChunkPool> ChunkPool::Create(size_t chunk_bytes, size_t total_byt
   if (!memory.ok()) return memory.status();
   pool.memory_ = std::move(*memory);
   if (queue != nullptr) {
-    std::vector<iovec> iovecs(pool.count_);
-    for (size_t i = 0; i < pool.count_; ++i) iovecs[i] = iovec{pool.chunk(i), chunk_bytes};
-    absl::Status registered = queue->RegisterBuffers(iovecs);
+    std::vector<std::span<char>> chunks(pool.count_);
+    for (size_t i = 0; i < pool.count_; ++i) chunks[i] = {pool.chunk(i), chunk_bytes};
+    absl::Status registered = queue->RegisterBuffers(chunks);
     pool.registered_ = registered.ok();
     if (!registered.ok() && registered.code() != absl::StatusCode::kUnimplemented) {
       Log(LogLevel::kDebug, absl::StrCat("buffers not registered: ", registered.message()));

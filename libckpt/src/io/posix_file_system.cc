@@ -1,4 +1,5 @@
-// The real file system: POSIX calls, with io_uring or a thread pool for data.
+// The real file system: POSIX calls, with io_uring or a thread pool for bulk
+// data (its files are `internal::PosixFile`, io/posix_file.h).
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/file_system.h"
+#include "io/posix_file.h"
 #include "io/thread_io_queue.h"
 #include "io/uring_io_queue.h"
 #include "util/errno_status.h"
@@ -21,77 +23,7 @@ namespace ckpt {
 namespace {
 
 using internal::ErrnoToStatus;
-
-class PosixFile final : public File {
- public:
-  PosixFile(std::string path, int fd, bool direct)
-      : path_(std::move(path)), fd_(fd), direct_(direct) {}
-  ~PosixFile() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  const std::string& path() const override { return path_; }
-  bool direct() const override { return direct_; }
-  int native_handle() const override { return fd_; }
-
-  absl::Status Sync() override {
-    if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("fsync ", path_, ": closed"));
-    int rc;
-    do rc = ::fsync(fd_);
-    while (rc != 0 && errno == EINTR);
-    if (rc != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path_));
-    return absl::OkStatus();
-  }
-
-  absl::Status Truncate(uint64_t size) override {
-    int rc;
-    do rc = ::ftruncate(fd_, static_cast<off_t>(size));
-    while (rc != 0 && errno == EINTR);
-    if (rc != 0) return ErrnoToStatus(errno, absl::StrCat("ftruncate ", path_, " to ", size));
-    return absl::OkStatus();
-  }
-
-  absl::Status Allocate(uint64_t size) override {
-    if (size == 0) return absl::OkStatus();
-    int rc;
-    do rc = ::fallocate(fd_, 0, 0, static_cast<off_t>(size));
-    while (rc != 0 && errno == EINTR);
-    if (rc == 0) return absl::OkStatus();
-    if (errno == EOPNOTSUPP || errno == ENOSYS) {
-      return absl::UnimplementedError(absl::StrCat("fallocate ", path_, ": not supported"));
-    }
-    return ErrnoToStatus(errno, absl::StrCat("fallocate ", path_, " to ", size));
-  }
-
-  absl::StatusOr<uint64_t> Size() override {
-    struct stat st;
-    if (::fstat(fd_, &st) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat ", path_));
-    return static_cast<uint64_t>(st.st_size);
-  }
-
-  absl::Status DropCache() override {
-    int rc = ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
-    if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("posix_fadvise ", path_));
-    return absl::OkStatus();
-  }
-
-  absl::Status Close() override {
-    if (fd_ < 0) return absl::OkStatus();
-    int fd = fd_;
-    fd_ = -1;
-    // Linux releases the descriptor even when close fails, so it is never
-    // retried; EINTR means the close completed.
-    if (::close(fd) != 0 && errno != EINTR) {
-      return ErrnoToStatus(errno, absl::StrCat("close ", path_));
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  const std::string path_;
-  int fd_;
-  const bool direct_;
-};
+using internal::PosixFile;
 
 class PosixFileLock final : public FileLock {
  public:

@@ -2,13 +2,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/maintenance.h"
-#include "format/names.h"
-#include "io/io_executor.h"
 #include "util/status_macros.h"
 
 namespace ckpt::internal {
 
-absl::StatusOr<std::string> ReadSmallFile(FileSystem& fs, IoQueue& queue, const std::string& path,
+absl::StatusOr<std::string> ReadSmallFile(FileSystem& fs, const std::string& path,
                                           uint64_t max_bytes) {
   OpenOptions options;
   options.regular_only = true;
@@ -19,28 +17,22 @@ absl::StatusOr<std::string> ReadSmallFile(FileSystem& fs, IoQueue& queue, const 
                                             max_bytes, " allowed"));
   }
   std::string contents(size, '\0');
-  {
-    IoExecutor io(&queue, size_t{1} << 20);
-    CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file.get(), 0, contents.data(), size, 0));
-    CKPT_RETURN_IF_ERROR(io.Drain());
+  CKPT_ASSIGN_OR_RETURN(size_t read, file->ReadAt(0, std::span<char>(contents)));
+  if (read < size) {
+    return absl::DataLossError(absl::StrCat("read ", path, ": unexpected end of file after ", read,
+                                            " of ", size, " bytes (file truncated?)"));
   }
   CKPT_RETURN_IF_ERROR(file->Close());
   return contents;
 }
 
-absl::Status WriteFileDurably(FileSystem& fs, IoQueue& queue, const std::string& path,
-                              absl::string_view contents) {
+absl::Status WriteFileDurably(FileSystem& fs, const std::string& path, absl::string_view contents) {
   OpenOptions options;
   options.write = true;
   options.create = true;
   options.exclusive = true;
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file, fs.Open(path, options));
-  {
-    IoExecutor io(&queue, size_t{1} << 20);
-    CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kWrite, file.get(), 0,
-                                  const_cast<char*>(contents.data()), contents.size(), 0));
-    CKPT_RETURN_IF_ERROR(io.Drain());
-  }
+  CKPT_RETURN_IF_ERROR(file->WriteAt(0, std::span<const char>(contents.data(), contents.size())));
   CKPT_RETURN_IF_ERROR(file->Sync());
   return file->Close();
 }

@@ -1,4 +1,5 @@
-// Whole-file helpers for manifests, LATEST and probes, through the seam.
+// Whole-file helpers for manifests, LATEST and metrics files, through the
+// seam's synchronous `File::ReadAt` / `File::WriteAt` (no `IoQueue`).
 #ifndef CKPT_IO_SMALL_FILE_H_
 #define CKPT_IO_SMALL_FILE_H_
 
@@ -11,15 +12,15 @@
 
 namespace ckpt::internal {
 
-// Reads all of `path`. kDataLoss if it is larger than `max_bytes` (checked
-// before allocating).
-absl::StatusOr<std::string> ReadSmallFile(FileSystem& fs, IoQueue& queue, const std::string& path,
+// Reads all of `path`, a regular file (`OpenOptions::regular_only`, opened
+// without O_DIRECT). kDataLoss if it is larger than `max_bytes` (checked
+// before allocating) or shrinks while it is read.
+absl::StatusOr<std::string> ReadSmallFile(FileSystem& fs, const std::string& path,
                                           uint64_t max_bytes);
 
 // Creates `path` (which must not exist), writes `contents`, fsyncs and closes
 // it. Any failure is returned with the path; the file may be left behind.
-absl::Status WriteFileDurably(FileSystem& fs, IoQueue& queue, const std::string& path,
-                              absl::string_view contents);
+absl::Status WriteFileDurably(FileSystem& fs, const std::string& path, absl::string_view contents);
 
 // `RemoveTree` (ckpt/maintenance.h), ignoring errors: the caller checks
 // what is left where it matters.

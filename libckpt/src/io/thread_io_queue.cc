@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "io/posix_file.h"
 #include "util/mutex.h"
 
 namespace ckpt::internal {
@@ -36,7 +37,7 @@ class ThreadIoQueue final : public IoQueue {
   absl::string_view name() const override { return "threads"; }
   size_t depth() const override { return depth_; }
 
-  absl::Status RegisterBuffers(std::span<const iovec>) override {
+  absl::Status RegisterBuffers(std::span<const std::span<char>>) override {
     return absl::UnimplementedError("thread pool queue has no registered buffers");
   }
 
@@ -46,7 +47,16 @@ class ThreadIoQueue final : public IoQueue {
       return absl::InternalError(absl::StrCat("thread queue over depth: ", in_flight_, " + ",
                                               ops.size(), " > ", depth_));
     }
-    for (const IoOp& op : ops) pending_.push_back(op);
+    // Every op's descriptor first: an op this queue cannot run fails the
+    // whole Submit before any starts.
+    std::vector<Pending> resolved;
+    resolved.reserve(ops.size());
+    for (const IoOp& op : ops) {
+      absl::StatusOr<int> fd = DescriptorFor(op.file, name());
+      if (!fd.ok()) return fd.status();
+      resolved.push_back(Pending{op, *fd});
+    }
+    pending_.insert(pending_.end(), resolved.begin(), resolved.end());
     in_flight_ += ops.size();
     return absl::OkStatus();
   }
@@ -64,22 +74,21 @@ class ThreadIoQueue final : public IoQueue {
  private:
   void Work() {
     while (true) {
-      IoOp op;
+      Pending next;
       {
         MutexLock lock(&mu_);
         mu_.Await([this] { return stopping_ || !pending_.empty(); });
         if (pending_.empty()) return;
-        op = pending_.front();
+        next = pending_.front();
         pending_.pop_front();
         ++running_;
       }
       // One system call, reported as the kernel reported it: the caller
       // retries short transfers and EINTR.
+      const IoOp& op = next.op;
       ssize_t n = op.kind == IoOp::Kind::kWrite
-                      ? ::pwrite(op.file->native_handle(), op.buf, op.length,
-                                 static_cast<off_t>(op.offset))
-                      : ::pread(op.file->native_handle(), op.buf, op.length,
-                                static_cast<off_t>(op.offset));
+                      ? ::pwrite(next.fd, op.buf, op.length, static_cast<off_t>(op.offset))
+                      : ::pread(next.fd, op.buf, op.length, static_cast<off_t>(op.offset));
       int64_t result = n >= 0 ? n : -errno;
       MutexLock lock(&mu_);
       --running_;
@@ -87,9 +96,15 @@ class ThreadIoQueue final : public IoQueue {
     }
   }
 
+  // An op waiting for a worker, with its file's descriptor.
+  struct Pending {
+    IoOp op;
+    int fd = -1;
+  };
+
   const size_t depth_;
   Mutex mu_;
-  std::deque<IoOp> pending_ ABSL_GUARDED_BY(mu_);
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<IoCompletion> done_ ABSL_GUARDED_BY(mu_);
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   size_t running_ ABSL_GUARDED_BY(mu_) = 0;

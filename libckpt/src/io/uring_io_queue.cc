@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "io/posix_file.h"
 #include "util/errno_status.h"
 
 namespace ckpt::internal {
@@ -36,13 +37,16 @@ class UringIoQueue final : public IoQueue {
   absl::string_view name() const override { return "io_uring"; }
   size_t depth() const override { return depth_; }
 
-  absl::Status RegisterBuffers(std::span<const iovec> buffers) override {
+  absl::Status RegisterBuffers(std::span<const std::span<char>> buffers) override {
     if (registered_) {
       io_uring_unregister_buffers(&ring_);
       registered_ = false;
     }
     if (buffers.empty()) return absl::OkStatus();
-    int rc = io_uring_register_buffers(&ring_, buffers.data(), static_cast<unsigned>(buffers.size()));
+    std::vector<iovec> iovecs;
+    iovecs.reserve(buffers.size());
+    for (std::span<char> b : buffers) iovecs.push_back(iovec{b.data(), b.size()});
+    int rc = io_uring_register_buffers(&ring_, iovecs.data(), static_cast<unsigned>(iovecs.size()));
     if (rc < 0) return ErrnoToStatus(-rc, "io_uring_register_buffers");
     registered_ = true;
     return absl::OkStatus();
@@ -53,10 +57,19 @@ class UringIoQueue final : public IoQueue {
       return absl::InternalError(absl::StrCat("io_uring queue over depth: ", in_flight_, " + ",
                                               ops.size(), " > ", depth_));
     }
+    // Every op's descriptor first: an op this queue cannot run fails the
+    // whole Submit before any is queued.
+    fds_.clear();
     for (const IoOp& op : ops) {
+      absl::StatusOr<int> fd = DescriptorFor(op.file, name());
+      if (!fd.ok()) return fd.status();
+      fds_.push_back(*fd);
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const IoOp& op = ops[i];
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe == nullptr) return absl::InternalError("io_uring submission queue full");
-      const int fd = op.file->native_handle();
+      const int fd = fds_[i];
       const bool fixed = registered_ && op.buf_index >= 0;
       if (op.kind == IoOp::Kind::kWrite) {
         if (fixed) io_uring_prep_write_fixed(sqe, fd, op.buf, op.length, op.offset, op.buf_index);
@@ -105,6 +118,7 @@ class UringIoQueue final : public IoQueue {
   bool initialized_ = false;
   bool registered_ = false;
   size_t in_flight_ = 0;
+  std::vector<int> fds_;  // descriptors of the ops being submitted
 };
 
 }  // namespace

@@ -30,8 +30,7 @@ class DeltaChain {
   // full checkpoint, checking each base against the manifest checksum its
   // dependant recorded (a base rewritten by compaction matches too). A
   // missing, damaged or mismatched base is kDataLoss naming both steps.
-  static absl::StatusOr<DeltaChain> Load(FileSystem& fs, IoQueue& queue, const std::string& root,
-                                         int64_t step);
+  static absl::StatusOr<DeltaChain> Load(FileSystem& fs, const std::string& root, int64_t step);
 
   // Links run from the full checkpoint (0) to the one opened (`size() - 1`).
   size_t size() const { return links_.size(); }

@@ -7,7 +7,7 @@
 
 namespace ckpt::internal {
 
-absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, IoQueue& queue, const std::string& dir,
+absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, const std::string& dir,
                                       int64_t expected_step) {
   // A step directory that is a symlink could point anywhere (another root,
   // another user's files): never read through one.
@@ -20,7 +20,7 @@ absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, IoQueue& queue, const std:
         absl::StrCat("checkpoint directory ", dir, " is a symbolic link, not a directory (refused)"));
   }
   const std::string path = JoinPath(dir, kManifestName);
-  auto contents = ReadSmallFile(fs, queue, path, kMaxManifestBytes);
+  auto contents = ReadSmallFile(fs, path, kMaxManifestBytes);
   if (!contents.ok()) {
     if (contents.status().code() == absl::StatusCode::kNotFound) {
       return absl::DataLossError(absl::StrCat("manifest ", path, " is missing"));

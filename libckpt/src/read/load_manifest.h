@@ -16,7 +16,7 @@ namespace ckpt::internal {
 // `expected_step`, and that every shard file exists with exactly the size
 // the manifest records (a truncated or extended shard is kDataLoss naming
 // it). Does not read tensor data.
-absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, IoQueue& queue, const std::string& dir,
+absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, const std::string& dir,
                                       int64_t expected_step);
 
 }  // namespace ckpt::internal

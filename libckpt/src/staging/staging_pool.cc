@@ -32,9 +32,9 @@ absl::Status StagingPool::Resize(size_t chunks, IoQueue* queue) {
   pin_ = PinHostMemory(base_, memory_.capacity());
   registered_ = false;
   if (queue != nullptr) {
-    std::vector<iovec> iovecs(chunks);
-    for (size_t i = 0; i < chunks; ++i) iovecs[i] = iovec{chunk(i), chunk_bytes_};
-    absl::Status registered = queue->RegisterBuffers(iovecs);
+    std::vector<std::span<char>> buffers(chunks);
+    for (size_t i = 0; i < chunks; ++i) buffers[i] = {chunk(i), chunk_bytes_};
+    absl::Status registered = queue->RegisterBuffers(buffers);
     registered_ = registered.ok();
     if (!registered.ok() && registered.code() != absl::StatusCode::kUnimplemented) {
       Log(LogLevel::kDebug, absl::StrCat("staging buffers not registered: ", registered.message()));

@@ -15,11 +15,16 @@
 //   ASSERT_TRUE(fs->DropUnsyncedData().ok());
 //
 // What is counted: every `FileSystem` method (`name` excepted), every `File`
-// method that does something (`Sync`, `Truncate`, `Size`, `DropCache`,
-// `Close`; not the accessors), and every `IoOp` passed to `IoQueue::Submit`
-// (one count per op). `IoQueue::Reap`, `RegisterBuffers`, `name` and `depth`
-// are not counted: how often a caller reaps depends on timing, and counts
-// must repeat from one run to the next.
+// method that does something (`ReadAt`, `WriteAt`, `Sync`, `Truncate`,
+// `Allocate`, `Size`, `DropCache`, `Close`; not the accessors), and every
+// `IoOp` passed to `IoQueue::Submit` (one count per op). A `ReadAt` or
+// `WriteAt` counts once, whatever its length. `IoQueue::Reap`,
+// `RegisterBuffers`, `name` and `depth` are not counted: how often a caller
+// reaps depends on timing, and counts must repeat from one run to the next.
+//
+// The transfers are the `IoOp`s, `ReadAt` and `WriteAt`: only they take
+// kShortTransfer and kEintr, and only they wait for `SetIoDelay` and
+// `HoldIo`. `IsTransferCall` tells them apart in `recorded_calls()`.
 //
 // Thread-safe.
 #ifndef CKPT_TESTING_FAULT_INJECTION_FILE_SYSTEM_H_
@@ -40,30 +45,42 @@ namespace ckpt::testing {
 
 enum class Fault : uint8_t {
   kNone,
-  // The call fails with EIO: a `Status` with code kInternal naming the path,
-  // or, for an `IoOp`, a completion of -EIO. Nothing reaches the base.
+  // The call fails with EIO: a `Status` with code kInternal naming the path
+  // (`ReadAt` and `WriteAt` included), or, for an `IoOp`, a completion of
+  // -EIO. Nothing reaches the base.
   kEio,
   // Like kEio with ENOSPC: kResourceExhausted, or a completion of -ENOSPC.
   kEnospc,
-  // I/O ops only: the op transfers part of its bytes and its completion
-  // reports that count. For O_DIRECT files the part is a positive multiple of
-  // 4096 (possible when length >= 8192); otherwise it is at least 1 byte and
-  // less than the length. Where no such part exists (length <= 1, or an
-  // O_DIRECT op of one block) the op behaves as for kEintr. A call that is
-  // not an I/O op proceeds unharmed.
+  // Transfers only: the kernel moved part of the bytes. The part is a
+  // positive multiple of 4096 for O_DIRECT files (possible when length >=
+  // 8192); otherwise it is at least 1 byte and less than the length. An
+  // `IoOp` transfers the part and its completion reports that count (the
+  // caller must resubmit the rest). `ReadAt` and `WriteAt` retry inside the
+  // call, as their contract says: the base file gets two calls, the part
+  // and then the rest, and the caller sees every byte moved (a read still
+  // stops at end of file). Where no part exists (length <= 1, or an O_DIRECT
+  // transfer of one block) it behaves as kEintr. Other calls proceed
+  // unharmed.
   kShortTransfer,
-  // I/O ops only: nothing is transferred and the completion reports -EINTR.
-  // A call that is not an I/O op proceeds unharmed.
+  // Transfers only: the call was interrupted before moving anything. An
+  // `IoOp` completes with -EINTR (the caller resubmits it); `ReadAt` and
+  // `WriteAt` retry inside the call, so they proceed as if unharmed. Other
+  // calls proceed unharmed.
   kEintr,
   // Power loss: this call and every later one fail with kAborted ("simulated
-  // crash ..."); I/O ops complete with -EIO. Nothing reaches the base any
-  // more, except that open files are still closed (silently) and transfers
-  // already started are still reaped, so no memory is written after its
-  // owner frees it.
+  // crash ..."), `ReadAt` and `WriteAt` included; `IoOp`s complete with -EIO.
+  // Nothing reaches the base any more, except that open files are still
+  // closed (silently) and transfers already started are still reaped, so no
+  // memory is written after its owner frees it.
   kCrash,
 };
 
 absl::string_view FaultName(Fault fault);
+
+// Whether `call`, an entry of `FaultInjectionFileSystem::recorded_calls()`,
+// is a transfer (an `IoOp`, `ReadAt` or `WriteAt`): the calls that take
+// kShortTransfer and kEintr.
+bool IsTransferCall(absl::string_view call);
 
 class FaultInjectionFileSystem final : public FileSystem {
  public:
@@ -87,8 +104,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   // True once a kCrash fault fired (until `ClearFaults`).
   bool crashed() const;
   // How many calls a fault was injected into (a crash counts every call it
-  // failed), and a description ("Rename /a to /b", "IoOp write /f@4096+65536")
-  // of the first one; empty if none.
+  // failed), and a description ("rename /a to /b", "IoOp write /f@4096+65536",
+  // "WriteAt /f@0+312") of the first one; empty if none.
   uint64_t injected_count() const;
   std::string first_injected_call() const;
 
@@ -97,12 +114,13 @@ class FaultInjectionFileSystem final : public FileSystem {
   void RecordCalls(bool on);
   std::vector<std::string> recorded_calls() const;
 
-  // Every `IoOp` waits `delay` before it starts (a slow disk). Zero disables.
+  // Every transfer (each `IoOp`, `ReadAt`, `WriteAt`) waits `delay` before
+  // it starts (a slow disk). Zero disables.
   void SetIoDelay(absl::Duration delay);
-  // While held, `IoQueue::Submit` blocks (a hung disk: the submitting thread
-  // is stuck in the call) until `HoldIo(false)`.
+  // While held, `IoQueue::Submit`, `ReadAt` and `WriteAt` block (a hung disk:
+  // the calling thread is stuck in the call) until `HoldIo(false)`.
   void HoldIo(bool hold);
-  // How many submitters are blocked by `HoldIo` now.
+  // How many callers are blocked by `HoldIo` now.
   size_t io_held_waiters() const;
 
   // With `false`, `Exchange` fails (still counted) with kUnimplemented, as on
@@ -121,7 +139,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   //   exchanged back, created entries are removed (recursively);
   // - every surviving file opened for writing through this file system is
   //   truncated to its size at its last successful `Sync` (0 if never synced;
-  //   its size at open if it existed then and was not truncated).
+  //   its size at open if it existed then and was not truncated): bytes
+  //   written after it, by `IoOp`s or `WriteAt` alike, are lost.
   // Simplifications: `RemoveFile` and `RemoveDir` are durable at once; data
   // overwritten in place after a sync is not rolled back; a rename over an
   // existing directory, or over a file larger than 1 MiB, is undone without

@@ -1,0 +1,53 @@
+// `PosixFile`: the `File` of the real file system, an open descriptor. The
+// POSIX queues (io_uring, threads) transfer through its descriptor, which the
+// public `File` does not expose.
+#ifndef CKPT_IO_POSIX_FILE_H_
+#define CKPT_IO_POSIX_FILE_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "ckpt/file_system.h"
+
+namespace ckpt::internal {
+
+class PosixFile final : public File {
+ public:
+  // Takes ownership of `fd`, opened on `path` (with O_DIRECT when `direct`).
+  PosixFile(std::string path, int fd, bool direct)
+      : path_(std::move(path)), fd_(fd), direct_(direct) {}
+  ~PosixFile() override;
+
+  // The descriptor, or -1 once `Close` was called.
+  int fd() const { return fd_; }
+
+  const std::string& path() const override { return path_; }
+  bool direct() const override { return direct_; }
+  absl::StatusOr<size_t> ReadAt(uint64_t offset, std::span<char> out) override;
+  absl::Status WriteAt(uint64_t offset, std::span<const char> data) override;
+  absl::Status Sync() override;
+  absl::Status Truncate(uint64_t size) override;
+  absl::Status Allocate(uint64_t size) override;
+  absl::StatusOr<uint64_t> Size() override;
+  absl::Status DropCache() override;
+  absl::Status Close() override;
+
+ private:
+  const std::string path_;
+  int fd_;
+  const bool direct_;
+};
+
+// The descriptor a POSIX queue named `queue` transfers `file` through:
+// kInvalidArgument naming the path if `file` is not a `PosixFile` (a file of
+// another file system, or one still wrapped by a test file system), or null.
+absl::StatusOr<int> DescriptorFor(const File* file, absl::string_view queue);
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_IO_POSIX_FILE_H_
