@@ -43,8 +43,10 @@ std::string DirOf(const std::string& path) {
 }
 
 // Writes `n` bytes at `offset` of `file` and waits for them (short writes
-// and EINTR resubmitted; ENOSPC is kResourceExhausted).
-absl::Status WriteAt(IoQueue& queue, File& file, uint64_t offset, const void* data, size_t n) {
+// and EINTR resubmitted; ENOSPC is kResourceExhausted). Through the queue,
+// not `File::WriteAt`: a tensor may be gigabytes.
+absl::Status WriteThroughQueue(IoQueue& queue, File& file, uint64_t offset, const void* data,
+                               size_t n) {
   internal::IoExecutor io(&queue, size_t{8} << 20);
   CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kWrite, &file, offset, const_cast<void*>(data), n, 0));
   return io.Drain();
@@ -146,13 +148,15 @@ absl::StatusOr<ExportResult> ExportSafetensors(
   if (absl::Status s = (*file)->Allocate(file_bytes); !s.ok() && !absl::IsUnimplemented(s)) {
     status = s;  // a full disk fails here, before anything is read
   }
-  if (status.ok()) status = WriteAt(**queue, **file, 0, header->data(), header->size());
+  if (status.ok()) status = WriteThroughQueue(**queue, **file, 0, header->data(), header->size());
   uint64_t offset = header->size(), written = 0;
   for (size_t i = 0; i < selected.size() && status.ok(); ++i) {
     const TensorInfo& t = *selected[i];
     ReadTarget target{t.name, buffer->data(), buffer->size()};
     status = reader.ReadInto({&target, 1});  // resolves deltas, checks every checksum
-    if (status.ok()) status = WriteAt(**queue, **file, offset, buffer->data(), t.raw_bytes);
+    if (status.ok()) {
+      status = WriteThroughQueue(**queue, **file, offset, buffer->data(), t.raw_bytes);
+    }
     offset += t.raw_bytes;
     written += t.raw_bytes;
     if (status.ok() && progress) progress(written, total);
