@@ -231,8 +231,10 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
   std::string kind;
   CKPT_GET(j, "kind", &kind);
   m.manifest_xxh3 = actual;
-  if (kind == "delta") {
-    m.kind = CheckpointKind::kDelta;
+  std::optional<CheckpointKind> parsed_kind = ParseCheckpointKind(kind);
+  if (!parsed_kind.has_value()) return Corrupt(path, absl::StrCat("unknown kind \"", kind, "\""));
+  m.kind = *parsed_kind;
+  if (m.kind == CheckpointKind::kDelta) {
     auto base = j.find("base");
     if (base == j.end() || !base->is_object()) return Corrupt(path, "delta without a base");
     std::string base_hash;
@@ -251,8 +253,6 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
       return Corrupt(path, absl::StrCat("unknown delta_mode \"", delta_mode, "\""));
     }
     m.delta_mode = *mode;
-  } else if (kind != "full") {
-    return Corrupt(path, absl::StrCat("unknown kind \"", kind, "\""));
   }
   if (auto from = j.find("compacted_from"); from != j.end()) {
     if (m.kind != CheckpointKind::kFull || !from->is_object()) {
