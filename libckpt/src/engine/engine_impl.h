@@ -128,8 +128,10 @@ class EngineImpl final : public Engine {
   // Persister thread, after each save.
   void OnSaveDone(SaveJob& job, const absl::Status& outcome, const SaveStats& s)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Appends the metrics lines of `skipped` (persister thread, or `Close`
-  // once the persister stopped).
+  // Appends a save's metrics line, if there is a metrics log (persister
+  // thread, or `Close` once the persister stopped); so does `LogSkipped`
+  // for each of `skipped`.
+  void AppendMetricsLine(const SaveStats& s, const absl::Status& outcome);
   void LogSkipped(const std::vector<SaveStats>& skipped);
 
   // The watchdog thread: watches the oldest save not given up yet.

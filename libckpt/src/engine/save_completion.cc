@@ -39,10 +39,7 @@ void EngineImpl::OnSaveDone(SaveJob& job, const absl::Status& outcome, const Sav
   }
   snapshot.staging_bytes = pool_.count() * pool_.chunk_bytes();
   if (!outcome.ok()) Log(LogLevel::kError, outcome.message());
-  if (metrics_.has_jsonl()) {
-    absl::Status m = metrics_.AppendJsonLine(SaveMetricsLine(s, outcome));
-    if (!m.ok()) Log(LogLevel::kWarning, absl::StrCat("metrics log: ", m.message()));
-  }
+  AppendMetricsLine(s, outcome);
   LogSkipped(skipped);
   if (metrics_.has_prometheus()) {
     absl::Status m = metrics_.WritePrometheus(PrometheusText(snapshot, root_));
@@ -50,11 +47,14 @@ void EngineImpl::OnSaveDone(SaveJob& job, const absl::Status& outcome, const Sav
   }
 }
 
+void EngineImpl::AppendMetricsLine(const SaveStats& s, const absl::Status& outcome) {
+  if (!metrics_.has_jsonl()) return;
+  absl::Status m = metrics_.AppendJsonLine(SaveMetricsLine(s, outcome));
+  if (!m.ok()) Log(LogLevel::kWarning, absl::StrCat("metrics log: ", m.message()));
+}
+
 void EngineImpl::LogSkipped(const std::vector<SaveStats>& skipped) {
-  for (const SaveStats& s : skipped) {
-    absl::Status m = metrics_.AppendJsonLine(SaveMetricsLine(s, absl::OkStatus()));
-    if (!m.ok()) Log(LogLevel::kWarning, absl::StrCat("metrics log: ", m.message()));
-  }
+  for (const SaveStats& s : skipped) AppendMetricsLine(s, absl::OkStatus());
 }
 
 absl::Status EngineImpl::TakeUnreportedError() {
