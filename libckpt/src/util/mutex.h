@@ -21,10 +21,14 @@ namespace ckpt::internal {
 class ABSL_LOCKABLE Mutex {
  public:
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
-  // Unlocks and wakes every `Await`er.
+  // Wakes every `Await`er and unlocks. The wake comes first, while the lock
+  // is held: a waiter that sees its condition may return and destroy the
+  // object this mutex lives in (a save's job, a queue) as soon as the lock is
+  // free, and a broadcast on a destroyed condition variable is undefined (in
+  // glibc it can block for ever).
   void Unlock() ABSL_UNLOCK_FUNCTION() {
-    mu_.unlock();
     cv_.notify_all();
+    mu_.unlock();
   }
   // Unlocks without waking waiters: for updates no waiter needs to see at
   // once (a later `Unlock` or a waiter's own polling picks them up).
