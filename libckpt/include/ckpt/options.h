@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "ckpt/distributed.h"
 #include "ckpt/file_system.h"
 
 namespace ckpt {
@@ -157,6 +158,10 @@ struct EngineOptions {
   // Rewrite this Prometheus text file (node_exporter textfile collector
   // format) atomically after every save.
   std::string prometheus_textfile_path;
+
+  // One checkpoint written by several processes (ckpt/distributed.h). The
+  // default (world_size 1) is a single-process engine.
+  DistributedOptions distributed;
 };
 
 struct ReaderOptions {
@@ -165,6 +170,12 @@ struct ReaderOptions {
   // The step to open; unset opens the newest committed checkpoint whose
   // manifest verifies.
   std::optional<int64_t> step;
+  // A multi-rank checkpoint (ckpt/distributed.h): the part of rank `rank`
+  // (its own tensors and every replicated one), or, unset, all of it: the
+  // replicated tensors under their names and every rank's other tensors as
+  // "rank<r>/<name>". A single-process checkpoint is rank 0's part alone
+  // (any other rank is kNotFound).
+  std::optional<int> rank;
 };
 
 }  // namespace ckpt

@@ -43,6 +43,10 @@ struct TensorInfo {
   // For a lossy (top-k) delta: the largest absolute difference between a
   // restored element and the value that was saved; 0 when exact.
   double error_bound = 0;
+  // A multi-rank checkpoint's tensors: how the saving rank placed it, and
+  // which rank's part holds it (0 in a single-process checkpoint).
+  TensorPlacement placement = TensorPlacement::kDefault;
+  int rank = 0;
 };
 
 // Where `Reader::ReadInto` puts one tensor.
@@ -66,6 +70,10 @@ class Reader {
 
   virtual int64_t step() const = 0;
   virtual const std::string& dir() const = 0;
+  // How many ranks wrote the checkpoint (1 for a single-process one), and
+  // the rank whose part this reader shows (-1: all of it).
+  virtual int world_size() const = 0;
+  virtual int rank() const = 0;
   // The extras object given to `Save`, as compact JSON text.
   virtual const std::string& extras_json() const = 0;
   virtual const std::vector<TensorInfo>& tensors() const = 0;

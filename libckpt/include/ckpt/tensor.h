@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/distributed.h"
 #include "ckpt/dtype.h"
 
 namespace ckpt {
@@ -41,6 +42,9 @@ struct TensorView {
   Device device = Device::kCpu;
   int device_index = 0;
   void* stream = nullptr;
+  // Multi-rank saves (ckpt/distributed.h): replicated, rank-local, or the
+  // rank's own. Ignored by single-process engines.
+  TensorPlacement placement = TensorPlacement::kDefault;
 };
 
 // `NumElements` is the product of `shape` (1 for a scalar), or
