@@ -42,6 +42,8 @@ class ReaderImpl final : public Reader {
 
   int64_t step() const override { return manifest().step; }
   const std::string& dir() const override { return chain_.opened().dir; }
+  int world_size() const override { return 1; }
+  int rank() const override { return 0; }
   const std::string& extras_json() const override { return manifest().extras_json; }
   const std::vector<TensorInfo>& tensors() const override { return manifest().tensors; }
   const TensorInfo* Find(absl::string_view name) const override {
