@@ -12,13 +12,14 @@ import ckpt  # loads the extension
 
 SAVE_ASYNC_SCHEMA = (
     "ckpt::save_async(__torch__.torch.classes.ckpt.Engine engine, int step, str[] names, "
-    "Tensor[] tensors, str extras_json=\"{}\") -> __torch__.torch.classes.ckpt.SaveHandle")
+    "Tensor[] tensors, str extras_json=\"{}\", int[] placements=[]) -> "
+    "__torch__.torch.classes.ckpt.SaveHandle")
 
 
 def test_schemas():
     assert str(torch.ops.ckpt.save_async.default._schema) == SAVE_ASYNC_SCHEMA
     assert str(torch.ops.ckpt.read.default._schema) == \
-        "ckpt::read(str root, int? step=None) -> (int, str[], Tensor[], str, str[])"
+        "ckpt::read(str root, int? step=None, int? rank=None) -> (int, str[], Tensor[], str, str[])"
     assert str(torch.ops.ckpt.list_steps.default._schema) == "ckpt::list_steps(str root) -> int[]"
 
 

@@ -172,18 +172,26 @@ bool SaveHandleHolder::Done() {
 
 std::string SaveHandleHolder::StatsJson() const { return SaveStatsJson(handle_->stats()); }
 
-EngineHolder::EngineHolder(const std::string& root, const std::string& options_json) {
-  EngineOptions options = ParseEngineOptions(options_json);
+EngineHolder::EngineHolder(const std::string& root, const std::string& options_json)
+    : EngineHolder(root, ParseEngineOptions(options_json)) {}
+
+EngineHolder::EngineHolder(const std::string& root, const EngineOptions& options) {
   lazy_ = options.lazy_staging;
+  if (options.distributed.world_size > 1) {
+    rank_ = options.distributed.rank;
+    world_size_ = options.distributed.world_size;
+  }
   auto engine = Engine::Open(root, options);
-  ThrowIfError(engine.status(), absl::StrCat("ckpt: open ", root, ": "));
+  ThrowIfError(engine.status(), world_size_ > 1 ? absl::StrCat("ckpt: open ", root, " (rank ", rank_,
+                                                               " of ", world_size_, "): ")
+                                                : absl::StrCat("ckpt: open ", root, ": "));
   engine_ = std::move(*engine);
 }
 
 c10::intrusive_ptr<SaveHandleHolder> EngineHolder::SaveAsync(
     int64_t step, const std::vector<std::string>& names, at::TensorList tensors,
-    const std::string& extras_json) {
-  SaveInputs in = MakeSaveInputs(names, tensors);
+    const std::string& extras_json, const std::vector<int64_t>& placements) {
+  SaveInputs in = MakeSaveInputs(names, tensors, placements);
   auto handle = engine_->SaveAsync(step, std::span<const TensorView>(in.views), extras_json);
   ThrowIfError(handle.status(), absl::StrCat("ckpt: save of step ", step, ": "));
   // Eager staging of host tensors is finished: nothing needs to stay alive.
@@ -193,8 +201,8 @@ c10::intrusive_ptr<SaveHandleHolder> EngineHolder::SaveAsync(
 }
 
 void EngineHolder::ReserveStaging(const std::vector<std::string>& names, at::TensorList tensors,
-                                  bool wait) {
-  SaveInputs in = MakeSaveInputs(names, tensors);
+                                  bool wait, const std::vector<int64_t>& placements) {
+  SaveInputs in = MakeSaveInputs(names, tensors, placements);
   ThrowIfError(engine_->ReserveStaging(std::span<const TensorView>(in.views), wait),
                "ckpt: reserve staging memory: ");
 }

@@ -67,15 +67,21 @@ class EngineHolder : public torch::CustomClassHolder {
  public:
   // Throws if `ckpt::Engine::Open` fails or the options do not parse.
   EngineHolder(const std::string& root, const std::string& options_json);
+  // An engine opened with `options` as they are (e.g. with
+  // `options.distributed` set: see `OpenEngine`). Throws if Open fails.
+  EngineHolder(const std::string& root, const EngineOptions& options);
   // Waits for saves in flight (errors nobody collected are logged by the library).
   ~EngineHolder() override = default;
 
-  // `torch.ops.ckpt.save_async`: see ops.cc.
+  // `torch.ops.ckpt.save_async`: see ops.cc. `placements` is empty (every
+  // tensor kDefault) or one `TensorPlacement` value per tensor.
   c10::intrusive_ptr<SaveHandleHolder> SaveAsync(int64_t step, const std::vector<std::string>& names,
                                                  at::TensorList tensors,
-                                                 const std::string& extras_json);
+                                                 const std::string& extras_json,
+                                                 const std::vector<int64_t>& placements = {});
   // `torch.ops.ckpt.reserve_staging`: see ops.cc.
-  void ReserveStaging(const std::vector<std::string>& names, at::TensorList tensors, bool wait);
+  void ReserveStaging(const std::vector<std::string>& names, at::TensorList tensors, bool wait,
+                      const std::vector<int64_t>& placements = {});
   // Stops the engine (waiting for, or with `cancel` abandoning, saves in
   // flight); raises the first background error no handle reported.
   void Close(bool cancel);
@@ -84,10 +90,14 @@ class EngineHolder : public torch::CustomClassHolder {
   std::string root() const { return engine_->root(); }
   std::string backend() const { return std::string(engine_->backend()); }
   bool lazy() const { return lazy_; }
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return world_size_; }
 
  private:
   std::unique_ptr<Engine> engine_;
   bool lazy_ = false;
+  int64_t rank_ = 0;
+  int64_t world_size_ = 1;
 };
 
 }  // namespace ckpt::torch_ext

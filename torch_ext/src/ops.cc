@@ -7,6 +7,7 @@
 //   h.wait()             # committed and durable, or raises the library's error
 //   torch.ops.ckpt.reserve_staging(engine, ["w"], [w])  # pre-fault staging memory in the background
 //   step, names, tensors, extras, skipped = torch.ops.ckpt.read(root, None)
+//   engine = torch.ops.ckpt.open_engine(root, "{}", pg.boxed(), "ckpt/run1/0", 300.0)  # one rank
 //   code, message = torch.ops.ckpt.last_error()  # after catching: "NOT_FOUND", ...
 //
 // Schemas are written out here; the kernels (engine_class.cc, read_ops.cc)
@@ -21,6 +22,7 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
+#include "dist_ops.h"
 #include "engine_class.h"
 #include "read_ops.h"
 #include "torch_status.h"
@@ -35,30 +37,48 @@ std::optional<int64_t> Step(const c10::optional<int64_t>& step) {
 
 c10::intrusive_ptr<SaveHandleHolder> SaveAsyncOp(const c10::intrusive_ptr<EngineHolder>& engine,
                                                  int64_t step, std::vector<std::string> names,
-                                                 at::TensorList tensors, std::string extras_json) {
-  return engine->SaveAsync(step, names, tensors, extras_json);
+                                                 at::TensorList tensors, std::string extras_json,
+                                                 std::vector<int64_t> placements) {
+  return engine->SaveAsync(step, names, tensors, extras_json, placements);
 }
 
 void ReserveStagingOp(const c10::intrusive_ptr<EngineHolder>& engine, std::vector<std::string> names,
-                      at::TensorList tensors, bool wait) {
-  engine->ReserveStaging(names, tensors, wait);
+                      at::TensorList tensors, bool wait, std::vector<int64_t> placements) {
+  engine->ReserveStaging(names, tensors, wait, placements);
 }
 
-ReadResult ReadOp(std::string root, c10::optional<int64_t> step) { return ReadStep(root, Step(step)); }
+c10::intrusive_ptr<EngineHolder> OpenEngineOp(std::string root, std::string options_json,
+                                              c10::optional<c10::intrusive_ptr<c10d::ProcessGroup>> group,
+                                              std::string key_prefix, double commit_timeout_s) {
+  return OpenEngine(root, options_json, group.has_value() ? *group : nullptr, key_prefix,
+                    commit_timeout_s);
+}
+
+std::tuple<std::string, std::string> StoreOpOp(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                               std::string op, std::string key, std::string value,
+                                               double timeout_s) {
+  return StoreOp(group, op, key, value, timeout_s);
+}
+
+ReadResult ReadOp(std::string root, c10::optional<int64_t> step, c10::optional<int64_t> rank) {
+  return ReadStep(root, Step(step), Step(rank));
+}
 
 std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoOp(
     std::string root, c10::optional<int64_t> step, std::vector<std::string> names,
-    at::TensorList tensors) {
-  return ReadIntoStep(root, Step(step), names, tensors);
+    at::TensorList tensors, c10::optional<int64_t> rank) {
+  return ReadIntoStep(root, Step(step), names, tensors, Step(rank));
 }
 
 std::vector<int64_t> ListStepsOp(std::string root) { return ListSteps(root); }
 
-std::string DescribeOp(std::string root, c10::optional<int64_t> step) {
-  return DescribeStep(root, Step(step));
+std::string DescribeOp(std::string root, c10::optional<int64_t> step, c10::optional<int64_t> rank) {
+  return DescribeStep(root, Step(step), Step(rank));
 }
 
-void VerifyOp(std::string root, int64_t step) { VerifyStep(root, step); }
+void VerifyOp(std::string root, int64_t step, c10::optional<int64_t> rank) {
+  VerifyStep(root, step, Step(rank));
+}
 
 std::tuple<std::string, std::string> LastErrorOp() {
   auto [code, message] = TakeLastError();
@@ -87,7 +107,9 @@ TORCH_LIBRARY(ckpt, m) {
       .def("stats_json", &EngineHolder::StatsJson)
       .def("root", &EngineHolder::root)
       .def("backend", &EngineHolder::backend)
-      .def("lazy", &EngineHolder::lazy);
+      .def("lazy", &EngineHolder::lazy)
+      .def("rank", &EngineHolder::rank)
+      .def("world_size", &EngineHolder::world_size);
 
   m.class_<NewestFirstHolder>("NewestFirst")
       .def(torch::init<std::string>())
@@ -98,19 +120,34 @@ TORCH_LIBRARY(ckpt, m) {
 
   m.def(
       "save_async(__torch__.torch.classes.ckpt.Engine engine, int step, str[] names, "
-      "Tensor[] tensors, str extras_json=\"{}\") -> __torch__.torch.classes.ckpt.SaveHandle",
+      "Tensor[] tensors, str extras_json=\"{}\", int[] placements=[]) -> "
+      "__torch__.torch.classes.ckpt.SaveHandle",
       SaveAsyncOp);
   m.def(
       "reserve_staging(__torch__.torch.classes.ckpt.Engine engine, str[] names, Tensor[] tensors, "
-      "bool wait=False) -> ()",
+      "bool wait=False, int[] placements=[]) -> ()",
       ReserveStagingOp);
-  m.def("read(str root, int? step=None) -> (int, str[], Tensor[], str, str[])", ReadOp);
+  // One rank of a multi-rank checkpoint on a torch.distributed group (pass
+  // `pg.boxed()`); no group, or a group of one, is a single-process engine.
   m.def(
-      "read_into(str root, int? step, str[] names, Tensor[](a!) tensors) -> (int, str, str[])",
+      "open_engine(str root, str options_json=\"{}\", "
+      "__torch__.torch.classes.c10d.ProcessGroup? group=None, str key_prefix=\"ckpt\", "
+      "float commit_timeout_s=300.) -> __torch__.torch.classes.ckpt.Engine",
+      OpenEngineOp);
+  // Tests of the c10d store adapter: ("", value) or (code, message).
+  m.def(
+      "_store_op(__torch__.torch.classes.c10d.ProcessGroup group, str op, str key, "
+      "str value=\"\", float timeout_s=1.) -> (str, str)",
+      StoreOpOp);
+  m.def("read(str root, int? step=None, int? rank=None) -> (int, str[], Tensor[], str, str[])",
+        ReadOp);
+  m.def(
+      "read_into(str root, int? step, str[] names, Tensor[](a!) tensors, int? rank=None) -> "
+      "(int, str, str[])",
       ReadIntoOp);
   m.def("list_steps(str root) -> int[]", ListStepsOp);
-  m.def("describe(str root, int? step=None) -> str", DescribeOp);
-  m.def("verify(str root, int step) -> ()", VerifyOp);
+  m.def("describe(str root, int? step=None, int? rank=None) -> str", DescribeOp);
+  m.def("verify(str root, int step, int? rank=None) -> ()", VerifyOp);
   // The status code and message of the last library error raised on this
   // thread, cleared by the call; ("", "") if none (see TakeLastError).
   m.def("last_error() -> (str, str)", LastErrorOp);

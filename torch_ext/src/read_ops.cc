@@ -1,6 +1,7 @@
 #include "read_ops.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -24,27 +25,50 @@ namespace {
 // "this checkpoint does not read back"; invalid requests throw instead.
 using ReadFn = std::function<absl::Status(Reader&)>;
 
-std::unique_ptr<Reader> OpenOrThrow(const std::string& root, std::optional<int64_t> step) {
+std::optional<int> Rank(std::optional<int64_t> rank) {
+  if (!rank.has_value()) return std::nullopt;
+  TORCH_CHECK_VALUE(*rank >= 0 && *rank <= INT32_MAX, "ckpt: rank must be >= 0, got ", *rank);
+  return static_cast<int>(*rank);
+}
+
+// " (rank r's part)" for error contexts, or "".
+std::string OfRank(std::optional<int> rank) {
+  return rank.has_value() ? absl::StrCat(" (rank ", *rank, "'s part)") : std::string();
+}
+
+const char* PlacementName(TensorPlacement p) {
+  switch (p) {
+    case TensorPlacement::kReplicated: return "replicated";
+    case TensorPlacement::kRankLocal: return "rank_local";
+    default: return "default";
+  }
+}
+
+std::unique_ptr<Reader> OpenOrThrow(const std::string& root, std::optional<int64_t> step,
+                                    std::optional<int> rank) {
   ReaderOptions options;
   options.step = step;
+  options.rank = rank;
   auto reader = Reader::Open(root, options);
-  ThrowIfError(reader.status(), absl::StrCat("ckpt: load from ", root, ": "));
+  ThrowIfError(reader.status(), absl::StrCat("ckpt: load from ", root, OfRank(rank), ": "));
   return std::move(*reader);
 }
 
 // Runs `fn` on checkpoint `step`, or (no step / negative) on the newest one
 // for which it succeeds (ckpt/newest.h), recording each newer one it skipped
 // and why. Returns the step read.
-int64_t ReadNewest(const std::string& root, std::optional<int64_t> step, const ReadFn& fn,
-                   std::vector<std::string>* skipped) {
+int64_t ReadNewest(const std::string& root, std::optional<int64_t> step, std::optional<int> rank,
+                   const ReadFn& fn, std::vector<std::string>* skipped) {
   ReaderOptions options;
   if (step.has_value() && *step >= 0) options.step = step;
+  options.rank = rank;
   auto reader = OpenNewest(root, options, fn, [&](const SkippedCheckpoint& s) {
     skipped->push_back(absl::StrCat("step ", s.step, ": ", s.why.ToString()));
   });
-  ThrowIfError(reader.status(), options.step.has_value()
-                                    ? absl::StrCat("ckpt: load step ", *step, " from ", root, ": ")
-                                    : absl::StrCat("ckpt: load from ", root, ": "));
+  ThrowIfError(reader.status(),
+               options.step.has_value()
+                   ? absl::StrCat("ckpt: load step ", *step, " from ", root, OfRank(rank), ": ")
+                   : absl::StrCat("ckpt: load from ", root, OfRank(rank), ": "));
   return (*reader)->step();
 }
 
@@ -56,12 +80,13 @@ std::vector<int64_t> ListSteps(const std::string& root) {
   return std::move(*steps);
 }
 
-ReadResult ReadStep(const std::string& root, std::optional<int64_t> step) {
+ReadResult ReadStep(const std::string& root, std::optional<int64_t> step,
+                    std::optional<int64_t> rank) {
   std::vector<Tensor> read;
   std::string extras;
   std::vector<std::string> skipped;
   const int64_t chosen = ReadNewest(
-      root, step,
+      root, step, Rank(rank),
       [&](Reader& reader) {
         auto all = reader.ReadAll();
         if (!all.ok()) return all.status();
@@ -83,13 +108,13 @@ ReadResult ReadStep(const std::string& root, std::optional<int64_t> step) {
 
 std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
     const std::string& root, std::optional<int64_t> step, const std::vector<std::string>& names,
-    at::TensorList tensors) {
+    at::TensorList tensors, std::optional<int64_t> rank) {
   TORCH_CHECK_VALUE(names.size() == tensors.size(), "ckpt: read_into got ", names.size(),
                     " names but ", tensors.size(), " tensors");
   std::string extras;
   std::vector<std::string> skipped;
   const int64_t chosen = ReadNewest(
-      root, step,
+      root, step, Rank(rank),
       [&](Reader& reader) {
         // Tensors that are CPU and contiguous are filled in place; others
         // through a CPU temporary, copied over only once all reads verified.
@@ -129,21 +154,30 @@ std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
   return {chosen, std::move(extras), std::move(skipped)};
 }
 
-std::string DescribeStep(const std::string& root, std::optional<int64_t> step) {
+std::string DescribeStep(const std::string& root, std::optional<int64_t> step,
+                         std::optional<int64_t> rank) {
   if (step.has_value() && *step < 0) step.reset();
-  std::unique_ptr<Reader> reader = OpenOrThrow(root, step);
+  std::unique_ptr<Reader> reader = OpenOrThrow(root, step, Rank(rank));
   nlohmann::json tensors = nlohmann::json::array();
-  for (const TensorInfo& t : reader->tensors()) tensors.push_back(nlohmann::json::parse(TensorInfoJson(t)));
+  for (const TensorInfo& t : reader->tensors()) {
+    nlohmann::json j = nlohmann::json::parse(TensorInfoJson(t));
+    if (!j.contains("placement")) j["placement"] = PlacementName(t.placement);
+    if (!j.contains("rank")) j["rank"] = t.rank;
+    tensors.push_back(std::move(j));
+  }
   nlohmann::json out{{"step", reader->step()},
                      {"dir", reader->dir()},
+                     {"world_size", reader->world_size()},
+                     {"rank", reader->rank()},
                      {"extras", nlohmann::json::parse(reader->extras_json(), nullptr, false)},
                      {"tensors", std::move(tensors)}};
   return out.dump();
 }
 
-void VerifyStep(const std::string& root, int64_t step) {
-  std::unique_ptr<Reader> reader = OpenOrThrow(root, step);
-  ThrowIfError(reader->Verify(), absl::StrCat("ckpt: verify step ", step, " in ", root, ": "));
+void VerifyStep(const std::string& root, int64_t step, std::optional<int64_t> rank) {
+  std::unique_ptr<Reader> reader = OpenOrThrow(root, step, Rank(rank));
+  ThrowIfError(reader->Verify(),
+               absl::StrCat("ckpt: verify step ", step, " in ", root, OfRank(Rank(rank)), ": "));
 }
 
 NewestFirstHolder::NewestFirstHolder(const std::string& root) : root_(root) {

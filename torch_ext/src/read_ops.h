@@ -27,7 +27,12 @@ using ReadResult = std::tuple<int64_t, std::vector<std::string>, std::vector<at:
 // `ReadStep` reads every tensor of checkpoint `step` into new CPU tensors.
 // With no step (or a negative one) it reads the newest checkpoint that reads
 // back completely and verifies, skipping damaged newer ones.
-ReadResult ReadStep(const std::string& root, std::optional<int64_t> step);
+// `rank` (all the ops below): the part of a multi-rank checkpoint to read —
+// that rank's own tensors and every replicated one, under their names — or,
+// unset, all of it (replicated tensors under their names, every rank's
+// others as "rank<r>/<name>"); ReaderOptions::rank.
+ReadResult ReadStep(const std::string& root, std::optional<int64_t> step,
+                    std::optional<int64_t> rank = std::nullopt);
 
 // `ReadIntoStep` copies the named tensors of the checkpoint into `tensors`
 // in place (any device, any strides; dtype and shape must match). Step
@@ -36,17 +41,20 @@ ReadResult ReadStep(const std::string& root, std::optional<int64_t> step);
 // extras JSON and the skipped lines.
 std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
     const std::string& root, std::optional<int64_t> step, const std::vector<std::string>& names,
-    at::TensorList tensors);
+    at::TensorList tensors, std::optional<int64_t> rank = std::nullopt);
 
 // `DescribeStep` is the manifest of a checkpoint (newest whose manifest
-// verifies when no step) as JSON: {"step", "dir", "extras", "tensors":
-// [{"name", "dtype", "shape", "raw_bytes", "stored_bytes", "encoding",
-// "error_bound"}]}. Reads no tensor data.
-std::string DescribeStep(const std::string& root, std::optional<int64_t> step);
+// verifies when no step) as JSON: {"step", "dir", "world_size", "rank" (-1:
+// all of it), "extras" (the reader's extras_json(): the viewed rank's),
+// "tensors": [{"name", "dtype", "shape", "raw_bytes", "stored_bytes",
+// "encoding", "error_bound", "placement" ("default", "replicated",
+// "rank_local"), "rank"}]}. Reads no tensor data.
+std::string DescribeStep(const std::string& root, std::optional<int64_t> step,
+                         std::optional<int64_t> rank = std::nullopt);
 
 // `VerifyStep` reads every record of checkpoint `step` and checks every
 // checksum; raises naming the file and tensor on the first mismatch.
-void VerifyStep(const std::string& root, int64_t step);
+void VerifyStep(const std::string& root, int64_t step, std::optional<int64_t> rank = std::nullopt);
 
 // `NewestFirstHolder` is `torch.classes.ckpt.NewestFirst`: the library's walk
 // over a root's checkpoints, newest first (ckpt/newest.h), for the Python

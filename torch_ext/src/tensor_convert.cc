@@ -101,9 +101,12 @@ std::string DTypeNameOf(c10::ScalarType type) {
   return d ? std::string(DTypeName(*d)) : std::string(c10::toString(type));
 }
 
-SaveInputs MakeSaveInputs(const std::vector<std::string>& names, at::TensorList tensors) {
+SaveInputs MakeSaveInputs(const std::vector<std::string>& names, at::TensorList tensors,
+                          const std::vector<int64_t>& placements) {
   TORCH_CHECK_VALUE(names.size() == tensors.size(), "ckpt: save got ", names.size(),
                     " names but ", tensors.size(), " tensors");
+  TORCH_CHECK_VALUE(placements.empty() || placements.size() == tensors.size(), "ckpt: save got ",
+                    tensors.size(), " tensors but ", placements.size(), " placements");
   SaveInputs in;
   in.views.reserve(tensors.size());
   in.owners.reserve(tensors.size());
@@ -123,6 +126,13 @@ SaveInputs MakeSaveInputs(const std::vector<std::string>& names, at::TensorList 
     at::Tensor owner = t.is_contiguous() ? t : t.contiguous();
     in.any_device = in.any_device || owner.is_cuda();
     in.views.push_back(ViewOf(names[i], owner, *dtype));
+    if (!placements.empty()) {
+      const int64_t p = placements[i];
+      TORCH_CHECK_VALUE(p >= 0 && p <= static_cast<int64_t>(TensorPlacement::kRankLocal),
+                        "ckpt: placement of tensor \"", names[i], "\" is ", p,
+                        "; expected 0 (default), 1 (replicated) or 2 (rank-local)");
+      in.views.back().placement = static_cast<TensorPlacement>(p);
+    }
     in.owners.push_back(std::move(owner));
   }
   return in;

@@ -39,7 +39,11 @@ struct SaveInputs {
 // and the current stream of that device, so the library's copy waits only on
 // that stream. Throws (TORCH_CHECK) on a length mismatch, an undefined or
 // sparse tensor, an unsupported dtype, or a device this build cannot stage.
-SaveInputs MakeSaveInputs(const std::vector<std::string>& names, at::TensorList tensors);
+// `placements` is empty (every view kDefault) or holds one
+// `TensorPlacement` value (0 default, 1 replicated, 2 rank-local) per tensor;
+// ValueError otherwise.
+SaveInputs MakeSaveInputs(const std::vector<std::string>& names, at::TensorList tensors,
+                          const std::vector<int64_t>& placements = {});
 
 // `FromCkptTensor` wraps a tensor read back from a checkpoint as a CPU
 // at::Tensor that owns its bytes (no copy). Throws for a dtype this LibTorch
