@@ -8,7 +8,7 @@ import weakref
 
 import torch
 
-from . import _lib, _tree
+from . import _distributed, _lib, _tree
 from ._options import _check_options, _flag, _number
 from ._saves import _Future, _Saves, _earlier_failure, _error
 from .errors import translate
@@ -73,6 +73,21 @@ class Checkpointer:
     options: further engine options by name (see docs/python.md); an unknown
         name, or a value other than None, bool, int, finite float, str or
         os.PathLike, raises ValueError naming it before anything is opened.
+    process_group: a multi-rank checkpoint (docs/python.md, "Multi-rank"):
+        None (default) joins the default torch.distributed group when it is
+        initialized with more than one rank; a ProcessGroup joins that group;
+        False, or a group of one rank, opens a single-process checkpointer.
+        Every rank of the group opens its own Checkpointer on the same root
+        (the same absolute path on every rank), in the same order; opening
+        waits until rank 0 has opened (up to commit_timeout_s).
+    commit_timeout_s: how long a rank that wrote its part waits for the
+        others before the save fails on every rank, naming the missing ranks.
+    replicated, rank_local: which tensors are identical on every rank (stored
+        once) and which are this rank's own even where other ranks save the
+        same name: None, True (every tensor), tensor-name prefixes ("model"
+        selects "model.fc.weight"), or a callable(name) -> bool. Tensors
+        neither selects must be identical wherever two ranks save the same
+        name. Ignored (but checked) without a group.
 
     Each failed save's error is raised once: by its response (result() or
     exception() of either future) if the caller looks there first, otherwise
@@ -86,7 +101,8 @@ class Checkpointer:
     """
 
     def __init__(self, root, delta="none", topk_ratio=0.01, full_every=10, lazy=False,
-                 staging_bytes=None, compression=None, **options):
+                 staging_bytes=None, compression=None, process_group=None, commit_timeout_s=300.0,
+                 replicated=None, rank_local=None, **options):
         _lib.load()
         if delta is None:
             delta = "none"
@@ -100,10 +116,20 @@ class Checkpointer:
         if staging_bytes is not None:
             opts["staging_bytes"] = _number("staging_bytes", staging_bytes, int)
         opts.update(_check_options(options))
+        commit_timeout_s = _distributed.commit_timeout(commit_timeout_s)
+        self._placements = _distributed.Placements(replicated, rank_local)
+        group = _distributed.resolve_group(process_group)
         self.root = str(root)
         self.lazy = bool(lazy)
+        self.process_group = group  # None: single-process
+        options_json = json.dumps(opts, allow_nan=False)
         with translate():
-            self._engine = torch.classes.ckpt.Engine(self.root, json.dumps(opts, allow_nan=False))
+            if group is None:
+                self._engine = torch.classes.ckpt.Engine(self.root, options_json)
+            else:
+                self._engine = torch.ops.ckpt.open_engine(
+                    self.root, options_json, group.boxed(), _distributed.next_key_prefix(self.root),
+                    commit_timeout_s)
         # Held while a save is started and queued, so the waiter's order is
         # the engine's; GUARDED_BY: _closed.
         self._lock = threading.Lock()
@@ -130,6 +156,7 @@ class Checkpointer:
         self._raise_unseen()
         step = int(step)
         names, tensors, meta = _tree.flatten(state)
+        placements = self._placements.of(names)
         extras = json.dumps({EXTRAS_KEY: meta}, ensure_ascii=False, allow_nan=False)
         resp = AsyncSaveResponse(step, self._saves.seen)
         while True:
@@ -140,7 +167,7 @@ class Checkpointer:
                 try:
                     with translate():
                         resp._handle = torch.ops.ckpt.save_async(self._engine, step, names, tensors,
-                                                                 extras)
+                                                                 extras, placements)
                 except Exception as e:
                     if not _earlier_failure(e, f"ckpt: save of step {step}") or \
                             self._saves.on_own_thread():
@@ -175,8 +202,9 @@ class Checkpointer:
         after that step, or any state with the same names and shapes).
         """
         names, tensors, _ = _tree.flatten(state)
+        placements = self._placements.of(names)
         with translate():
-            torch.ops.ckpt.reserve_staging(self._engine, names, tensors, bool(wait))
+            torch.ops.ckpt.reserve_staging(self._engine, names, tensors, bool(wait), placements)
 
     def save(self, step, state):
         """save_async(step, state).result(): returns once the checkpoint is durable."""
@@ -211,6 +239,16 @@ class Checkpointer:
     @property
     def backend(self):
         return self._engine.backend()
+
+    @property
+    def rank(self):
+        """This process's rank in the checkpoint (0 for a single-process one)."""
+        return self._engine.rank()
+
+    @property
+    def world_size(self):
+        """How many ranks write each checkpoint (1: single-process)."""
+        return self._engine.world_size()
 
     def close(self, cancel=False):
         """Waits for saves in flight (or abandons them with cancel=True) and stops

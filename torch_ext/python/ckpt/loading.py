@@ -7,7 +7,7 @@ import warnings
 
 import torch
 
-from . import _lib, _tree
+from . import _distributed, _lib, _tree
 from .checkpointer import EXTRAS_KEY
 from .errors import CheckpointError, translate, wrap
 
@@ -28,24 +28,37 @@ def list_steps(root):
         return list(torch.ops.ckpt.list_steps(str(root)))
 
 
-def describe(root, step=None):
+def describe(root, step=None, rank=None):
     """The manifest of checkpoint `step` (default: the newest whose manifest
-    verifies) as a dict: step, dir, extras, tensors [{name, dtype, shape, ...}].
-    Reads no tensor data."""
+    verifies) as a dict: step, dir, world_size, rank, extras, tensors [{name,
+    dtype, shape, placement, rank, ...}]. Reads no tensor data. A multi-rank
+    checkpoint: rank r's part (its own tensors and the replicated ones, and
+    its extras), or with rank=None all of it (replicated tensors under their
+    names, every other one as "rank<r>/<name>")."""
     _lib.load()
     with translate():
-        return json.loads(torch.ops.ckpt.describe(str(root), None if step is None else int(step)))
+        return json.loads(torch.ops.ckpt.describe(str(root), None if step is None else int(step),
+                                                  _rank(rank)))
 
 
-def verify(root, step):
-    """Reads every record of checkpoint `step` and checks every checksum;
-    raises CorruptCheckpointError naming the file and tensor if one fails."""
+def verify(root, step, rank=None):
+    """Reads every record of checkpoint `step` (rank r's part only, with
+    rank=r) and checks every checksum; raises CorruptCheckpointError naming
+    the file and tensor if one fails."""
     _lib.load()
     with translate():
-        torch.ops.ckpt.verify(str(root), int(step))
+        torch.ops.ckpt.verify(str(root), int(step), _rank(rank))
 
 
-def load(root, step=None, into=None, with_step=False, strict=None):
+def _rank(rank):
+    if rank is None:
+        return None
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"ckpt: rank must be None, a rank >= 0 or \"all\", got {rank!r}")
+    return int(rank)
+
+
+def load(root, step=None, into=None, with_step=False, strict=None, process_group=None, rank=None):
     """Reads checkpoint `step` of `root`; returns the saved structure, or
     updates `into` in place and returns it.
 
@@ -77,6 +90,14 @@ def load(root, step=None, into=None, with_step=False, strict=None):
         its first step), saved entries its state_dict() lacks are added and
         handed to its load_state_dict(), in every mode.
     with_step: return (step, state) instead of state.
+    process_group: load this rank's part of a multi-rank checkpoint on every
+        rank of the group (a collective: every rank must call it). The step is
+        the same on every rank: the newest one every rank can read its part
+        of (or `step`); an error on any rank is raised on every rank.
+    rank: without a group, which part of a multi-rank checkpoint to load: a
+        rank r (its own tensors and the replicated ones, as that rank saved
+        them), or "all" ({rank: state} for every rank; no `into`). A
+        multi-rank checkpoint with neither raises ValueError.
 
     Without `into`, returns the saved structure with its key types (int keys
     of optimizer state stay int), containers (tuple vs list, OrderedDict) and
@@ -89,15 +110,83 @@ def load(root, step=None, into=None, with_step=False, strict=None):
     root = str(root)
     if strict is not None and type(strict) is not bool:
         raise ValueError(f"ckpt: strict must be None, True or False, got {strict!r}")
-    if into is None:
-        with torch.no_grad(), translate():
-            chosen, names, tensors, extras, skipped = torch.ops.ckpt.read(
-                root, None if step is None else int(step))
-        _warn_skipped(root, skipped)
-        state = _rebuild(json.loads(extras), dict(zip(names, tensors)))
+    if process_group is not None:
+        if rank is not None:
+            raise ValueError("ckpt: load takes process_group or rank, not both (with a group, each "
+                             "rank loads its own part)")
+        from . import _dist_load
+        chosen, state = _dist_load.load_with_group(root, step, into, strict,
+                                                   _distributed.check_group(process_group))
+    elif isinstance(rank, str) and rank == "all":
+        if into is not None:
+            raise ValueError('ckpt: rank="all" returns {rank: state}; it does not load into a state '
+                             "(load each rank's part with rank=r)")
+        chosen, state = _load_all_ranks(root, step)
+    elif into is None:
+        chosen, state = _read_part(root, step, _rank(rank))
     else:
-        chosen, state = _load_into(root, step, into, strict)
+        chosen, state = _load_into(root, step, into, strict, _rank(rank))
     return (chosen, state) if with_step else state
+
+
+def _multi_rank_error(root, step, world):
+    return ValueError(f"ckpt: step {step} in {root} is a multi-rank checkpoint of {world} ranks: "
+                      f"pass rank=r (0 <= r < {world}) for one rank's part, rank=\"all\" for every "
+                      "rank's ({rank: state}), or process_group= to load each rank's part on its "
+                      "rank")
+
+
+def _world(root, step):
+    """(step, world_size) of checkpoint `step` (None: the newest whose
+    manifest verifies), or (None, None) if there is none to describe."""
+    try:
+        with translate():
+            info = json.loads(torch.ops.ckpt.describe(root, step, None))
+    except CheckpointError:
+        return None, None
+    return info["step"], info.get("world_size", 1)
+
+
+def _read_part(root, step, rank):
+    """Reads checkpoint `step` (None: the newest that reads back), rank
+    `rank`'s part of it (None: all of a single-process checkpoint)."""
+    step = None if step is None else int(step)
+    described = None
+    if rank is None:  # a multi-rank checkpoint needs a rank: checked before anything is read
+        described, world = _world(root, step)
+        if world is not None and world > 1:
+            raise _multi_rank_error(root, described, world)
+    with torch.no_grad(), translate():
+        chosen, names, tensors, extras, skipped = torch.ops.ckpt.read(root, step, rank)
+    if rank is None and chosen != described:  # an older one than the newest manifest
+        _, world = _world(root, chosen)
+        if world is not None and world > 1:
+            raise _multi_rank_error(root, chosen, world)
+    _warn_skipped(root, skipped)
+    return chosen, _rebuild(json.loads(extras), dict(zip(names, tensors)))
+
+
+def _load_all_ranks(root, step):
+    """{rank: state} of every rank of checkpoint `step` (None: the newest
+    whose every part reads back)."""
+    def read_all(s):
+        world = describe(root, s)["world_size"]
+        return {r: _read_part(root, s, r)[1] for r in range(world)}
+
+    if step is not None and int(step) >= 0:
+        return int(step), read_all(int(step))
+    with translate():
+        walk = torch.classes.ckpt.NewestFirst(root)
+    while (s := walk.next()) is not None:
+        try:
+            parts = read_all(s)
+        except CheckpointError as e:
+            walk.skip(s, e.code or "", str(e))
+            continue
+        _warn_skipped(root, walk.skipped())
+        return s, parts
+    with translate():
+        walk.raise_none_left()
 
 
 def _rebuild(extras, by_name):
@@ -113,15 +202,15 @@ def _warn_skipped(root, skipped):
                       SkippedCheckpointWarning, stacklevel=3)
 
 
-def _load_into(root, step, into, strict):
+def _load_into(root, step, into, strict, rank=None):
     state_dicts = {}  # id(stateful object) -> its state_dict(), taken once per load
     if step is not None and int(step) >= 0:
-        return int(step), _load_step_into(root, int(step), into, strict, state_dicts)
+        return int(step), _load_step_into(root, int(step), into, strict, state_dicts, rank)
     with translate():
         walk = torch.classes.ckpt.NewestFirst(str(root))
     while (s := walk.next()) is not None:
         try:
-            state = _load_step_into(root, s, into, strict, state_dicts)
+            state = _load_step_into(root, s, into, strict, state_dicts, rank)
         except CheckpointError as e:
             walk.skip(s, e.code or "", str(e))
             continue
@@ -131,8 +220,10 @@ def _load_into(root, step, into, strict):
         walk.raise_none_left()
 
 
-def _load_step_into(root, step, into, strict, state_dicts):
-    info = describe(root, step)
+def _load_step_into(root, step, into, strict, state_dicts, rank=None):
+    info = describe(root, step, rank)
+    if rank is None and info.get("world_size", 1) > 1:
+        raise _multi_rank_error(root, step, info["world_size"])
     meta = info["extras"].get(EXTRAS_KEY) if isinstance(info["extras"], dict) else None
     manifest = {t["name"]: t for t in info["tensors"]}
     if meta is None:  # no saved structure: a flat {tensor name: tensor}
@@ -145,7 +236,7 @@ def _load_step_into(root, step, into, strict, state_dicts):
     plan.check_keys(root, strict)
     try:
         with torch.no_grad(), translate():
-            torch.ops.ckpt.read_into(root, step, plan.names, plan.dsts)
+            torch.ops.ckpt.read_into(root, step, plan.names, plan.dsts, rank)
     except CheckpointError:
         raise
     except RuntimeError as e:  # not from the library: e.g. a failed copy_
