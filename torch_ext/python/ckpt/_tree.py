@@ -153,9 +153,10 @@ def subclass_message(x, path):
     t = type(x)
     kind = _distributed_kind(t)
     if kind is not None:
-        return (f"ckpt: {_where(path)} is a {kind}: multi-rank checkpoints are not supported yet "
-                "(gather it into a full torch.Tensor first, e.g. with full_tensor(), or leave "
-                "it out)")
+        return (f"ckpt: {_where(path)} is a {kind}: it is not saved as such (there is no resharding "
+                "on load); save each rank's local shard instead (t.to_local(), with a multi-rank "
+                "Checkpointer: see rank_local=), or gather it into a full torch.Tensor first "
+                "(full_tensor()), or leave it out")
     return (f"ckpt: {_where(path)} is a tensor subclass {t.__module__}.{t.__qualname__}: a "
             "checkpoint holds only torch.Tensor and nn.Parameter (convert it, e.g. with "
             "t.as_subclass(torch.Tensor), or leave it out)")
