@@ -24,10 +24,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace ckpt {
@@ -87,6 +89,10 @@ enum class TensorPlacement : uint8_t {
   // contents (an RNG state, a data-loader position).
   kRankLocal,
 };
+
+// "default", "replicated", "rank_local": the names manifests use.
+absl::string_view TensorPlacementName(TensorPlacement placement);
+std::optional<TensorPlacement> ParseTensorPlacement(absl::string_view name);
 
 }  // namespace ckpt
 
