@@ -38,6 +38,9 @@ constexpr absl::string_view kErrorPrefix = "error:";
 // How long one wait on the store lasts before a waiter checks whether its
 // save was cancelled (or, rank 0, whether another rank aborted it).
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(200);
+// The shortest wait asked of the store: a look at a key without waiting
+// (some stores read a zero timeout as "their default", or "for ever").
+constexpr absl::Duration kPeek = absl::Milliseconds(1);
 
 // "<code>:<message>", as `DecodeStatus` reads it back.
 std::string EncodeStatus(const absl::Status& status) {
@@ -124,7 +127,7 @@ void RankCommitter::AnnounceStep(int64_t step) {
 absl::StatusOr<std::string> RankCommitter::WaitFor(const std::string& key, absl::Time deadline,
                                                    const CancelledFn& cancelled) {
   while (true) {
-    const absl::Duration left = std::max(absl::ZeroDuration(), deadline - absl::Now());
+    const absl::Duration left = std::max(kPeek, deadline - absl::Now());
     auto value = options_.store->Get(key, std::min(left, kWaitSlice));
     if (value.ok() || !absl::IsDeadlineExceeded(value.status())) return value;
     if (absl::Now() >= deadline) return value;
@@ -177,10 +180,10 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
     absl::StatusOr<std::string> value;
     while (true) {
       const absl::Time until = missing.empty() ? deadline : absl::Now();
-      const absl::Duration left = std::max(absl::ZeroDuration(), until - absl::Now());
+      const absl::Duration left = std::max(kPeek, until - absl::Now());
       value = options_.store->Get(key, std::min(left, kWaitSlice));
       if (value.ok() || !absl::IsDeadlineExceeded(value.status())) break;
-      auto decided = options_.store->Get(decision_key, absl::ZeroDuration());
+      auto decided = options_.store->Get(decision_key, kPeek);
       if (decided.ok()) return DecideAbort(temp_dir, absl::AbortedError("aborted by another rank"));
       if (absl::Now() >= until) break;
       if (cancelled && cancelled()) {
@@ -222,7 +225,7 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
     for (int r : missing) {
       std::string w = absl::StrCat(r);
       auto current = options_.store->Get(absl::StrCat(options_.key_prefix, "/current/", r),
-                                         absl::ZeroDuration());
+                                         kPeek);
       if (current.ok() && *current != absl::StrCat(step)) absl::StrAppend(&w, " (saving step ", *current, ")");
       who.push_back(std::move(w));
     }
