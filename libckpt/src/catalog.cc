@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "format/names.h"
 #include "io/small_file.h"
+#include "distributed/rank_layout.h"
 #include "read/load_manifest.h"
 #include "util/status_macros.h"
 
@@ -36,27 +37,49 @@ CheckpointSummary Summarize(FileSystem& fs, const std::string& root, int64_t ste
   CheckpointSummary s;
   s.step = step;
   s.dir = internal::JoinPath(root, internal::CheckpointDirName(step));
-  auto manifest = internal::LoadManifest(fs, s.dir, step);
-  if (!manifest.ok()) {
-    s.manifest_status = manifest.status();
+  auto loaded = internal::LoadStepManifest(fs, s.dir, step);
+  if (!loaded.ok()) {
+    s.manifest_status = loaded.status();
     return s;
   }
-  s.kind = manifest->kind;
-  s.base_step = manifest->base_step;
-  s.delta_mode = manifest->delta_mode;
-  for (const TensorInfo& t : manifest->tensors) {
-    s.max_error_bound = std::max(s.max_error_bound, t.error_bound);
+  // A multi-rank checkpoint is one unit: its parts add up.
+  std::vector<const internal::Manifest*> parts;
+  if (loaded->multi_rank) {
+    for (const internal::Manifest& m : loaded->parts) parts.push_back(&m);
+    s.world_size = loaded->global.world_size;
+    s.kind = loaded->global.kind;
+    s.base_step = loaded->global.base_step;
+    s.delta_mode = loaded->global.delta_mode;
+    s.created_unix_ns = loaded->global.created_unix_ns;
+    s.manifest_xxh3 = loaded->global.manifest_xxh3;
+  } else {
+    const internal::Manifest& m = loaded->single;
+    parts.push_back(&m);
+    s.kind = m.kind;
+    s.base_step = m.base_step;
+    s.delta_mode = m.delta_mode;
+    s.created_unix_ns = m.created_unix_ns;
+    s.manifest_xxh3 = m.manifest_xxh3;
+    s.compacted = m.compacted;
+    s.compacted_from_manifest_xxh3 = m.compacted_from_manifest_xxh3;
   }
-  s.tensor_bytes = manifest->tensor_bytes();
-  s.file_bytes = manifest->shard_bytes();
-  auto mstat = fs.Stat(internal::JoinPath(s.dir, internal::kManifestName));
-  if (mstat.ok()) s.file_bytes += mstat->size;
-  s.tensor_count = manifest->tensors.size();
-  s.shard_count = manifest->shards.size();
-  s.created_unix_ns = manifest->created_unix_ns;
-  s.manifest_xxh3 = manifest->manifest_xxh3;
-  s.compacted = manifest->compacted;
-  s.compacted_from_manifest_xxh3 = manifest->compacted_from_manifest_xxh3;
+  std::vector<std::string> manifests = {std::string(internal::kManifestName)};
+  for (size_t r = 0; loaded->multi_rank && r < parts.size(); ++r) {
+    manifests.push_back(internal::RankManifestName(static_cast<int>(r)));
+  }
+  for (const internal::Manifest* m : parts) {
+    for (const TensorInfo& t : m->tensors) {
+      s.max_error_bound = std::max(s.max_error_bound, t.error_bound);
+    }
+    s.tensor_bytes += m->tensor_bytes();
+    s.file_bytes += m->shard_bytes();
+    s.tensor_count += m->tensors.size();
+    s.shard_count += m->shards.size();
+  }
+  for (const std::string& name : manifests) {
+    auto mstat = fs.Stat(internal::JoinPath(s.dir, name));
+    if (mstat.ok()) s.file_bytes += mstat->size;
+  }
   return s;
 }
 

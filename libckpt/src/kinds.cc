@@ -1,5 +1,7 @@
 #include "ckpt/kinds.h"
 
+#include "ckpt/distributed.h"
+
 #include "ckpt/options.h"
 
 namespace ckpt {
@@ -51,6 +53,23 @@ std::optional<DeltaOptions::Mode> ParseDeltaMode(absl::string_view name) {
   for (DeltaOptions::Mode m :
        {DeltaOptions::Mode::kNone, DeltaOptions::Mode::kExact, DeltaOptions::Mode::kTopK}) {
     if (DeltaModeName(m) == name) return m;
+  }
+  return std::nullopt;
+}
+
+absl::string_view TensorPlacementName(TensorPlacement placement) {
+  switch (placement) {
+    case TensorPlacement::kDefault: return "default";
+    case TensorPlacement::kReplicated: return "replicated";
+    case TensorPlacement::kRankLocal: return "rank_local";
+  }
+  return "unknown";
+}
+
+std::optional<TensorPlacement> ParseTensorPlacement(absl::string_view name) {
+  for (TensorPlacement p :
+       {TensorPlacement::kDefault, TensorPlacement::kReplicated, TensorPlacement::kRankLocal}) {
+    if (TensorPlacementName(p) == name) return p;
   }
   return std::nullopt;
 }

@@ -8,10 +8,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "ckpt/catalog.h"
+#include "distributed/rank_layout.h"
 #include "io/backend.h"
 #include "read/decode_record.h"
 #include "read/delta_chain.h"
+#include "read/load_manifest.h"
 #include "read/read_chunks.h"
 #include "read/read_raw_records.h"
 #include "read/shard_files.h"
@@ -30,24 +34,132 @@ uint64_t LargestRawBytes(const std::vector<TensorInfo>& tensors) {
   return largest;
 }
 
+// One delta chain a reader draws tensors from: a single-process
+// checkpoint's, or one rank's part of a multi-rank one.
+struct ReaderPart {
+  int rank = 0;
+  DeltaChain chain;
+};
+
+// Where a tensor the reader shows comes from.
+struct TensorSource {
+  size_t part = 0;
+  std::string name;  // its name in that part
+};
+
+// What a reader shows of one step: the parts it reads and its tensors.
+struct StepView {
+  int64_t step = 0;
+  std::string dir;
+  std::string extras_json;
+  int world_size = 1;
+  int rank = 0;  // -1: every rank's part
+  std::vector<ReaderPart> parts;
+  std::vector<TensorInfo> tensors;
+  std::vector<TensorSource> sources;  // parallel to `tensors`
+};
+
+// The view of step `step` of `root` for `rank` (see ReaderOptions::rank).
+absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, int64_t step,
+                                      std::optional<int> rank) {
+  const std::string dir = JoinPath(root, CheckpointDirName(step));
+  CKPT_ASSIGN_OR_RETURN(StepManifest manifest, LoadStepManifest(fs, dir, step));
+  StepView view;
+  view.step = step;
+  view.dir = dir;
+  if (!manifest.multi_rank) {
+    if (rank.has_value() && *rank != 0) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " was written by one process: it has no rank ",
+                                              *rank, " (only rank 0)"));
+    }
+    CKPT_ASSIGN_OR_RETURN(DeltaChain chain, DeltaChain::Load(fs, root, step));
+    view.extras_json = chain.opened().manifest.extras_json;
+    view.tensors = chain.opened().manifest.tensors;
+    for (const TensorInfo& t : view.tensors) view.sources.push_back(TensorSource{0, t.name});
+    view.parts.push_back(ReaderPart{0, std::move(chain)});
+    return view;
+  }
+  const GlobalManifest& global = manifest.global;
+  view.world_size = global.world_size;
+  view.rank = rank.value_or(-1);
+  if (rank.has_value() && (*rank < 0 || *rank >= global.world_size)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " has ranks 0..", global.world_size - 1,
+                                            ", not rank ", *rank));
+  }
+  // The parts the view draws from: the rank's own and those holding
+  // replicated tensors (all of them, for the whole checkpoint).
+  std::vector<int> ranks;
+  for (int r = 0; r < global.world_size; ++r) {
+    bool replicated = false;
+    for (const TensorInfo& t : manifest.parts[r].tensors) {
+      replicated |= t.placement == TensorPlacement::kReplicated;
+    }
+    if (!rank.has_value() || r == *rank || replicated) ranks.push_back(r);
+  }
+  absl::flat_hash_set<std::string> names;
+  for (int r : ranks) {
+    CKPT_ASSIGN_OR_RETURN(DeltaChain chain, DeltaChain::Load(fs, root, step, RankManifestName(r)));
+    const size_t part = view.parts.size();
+    const bool own = rank.has_value() && r == *rank;
+    for (const TensorInfo& t : chain.opened().manifest.tensors) {
+      const bool replicated = t.placement == TensorPlacement::kReplicated;
+      if (rank.has_value() && !own && !replicated) continue;
+      TensorInfo shown = t;
+      shown.rank = r;
+      if (!rank.has_value() && !replicated) shown.name = absl::StrCat("rank", r, "/", t.name);
+      if (!names.insert(shown.name).second) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", dir, " holds tensor \"", shown.name,
+                                                "\" twice (rank ", r, ")"));
+      }
+      view.sources.push_back(TensorSource{part, t.name});
+      view.tensors.push_back(std::move(shown));
+    }
+    view.extras_json = own ? chain.opened().manifest.extras_json : view.extras_json;
+    view.parts.push_back(ReaderPart{r, std::move(chain)});
+  }
+  if (!rank.has_value()) view.extras_json = global.extras_json;
+  // A rank's own tensors come first, in its order; then the replicated ones
+  // other ranks wrote, by rank.
+  if (rank.has_value()) {
+    std::vector<size_t> order(view.tensors.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return (view.tensors[a].rank != *rank) < (view.tensors[b].rank != *rank);
+    });
+    StepView sorted = std::move(view);
+    view.step = sorted.step;
+    view.dir = std::move(sorted.dir);
+    view.extras_json = std::move(sorted.extras_json);
+    view.world_size = sorted.world_size;
+    view.rank = sorted.rank;
+    view.parts = std::move(sorted.parts);
+    for (size_t i : order) {
+      view.tensors.push_back(std::move(sorted.tensors[i]));
+      view.sources.push_back(std::move(sorted.sources[i]));
+    }
+  }
+  return view;
+}
+
 class ReaderImpl final : public Reader {
  public:
-  // `chain` runs from a full checkpoint to the one opened (a single link
-  // for a full checkpoint).
-  ReaderImpl(std::shared_ptr<FileSystem> fs, const IoOptions& io, DeltaChain chain,
+  ReaderImpl(std::shared_ptr<FileSystem> fs, const IoOptions& io, StepView view,
              internal::OpenedIo backend)
-      : chain_(std::move(chain)),
+      : view_(std::move(view)),
         files_(std::move(fs), io, std::move(backend)),
-        chunks_(io, LargestRawBytes(chain_.opened().manifest.tensors), files_.queue()) {}
+        chunks_(io, LargestPartRecord(view_), files_.queue()) {
+    for (size_t i = 0; i < view_.tensors.size(); ++i) index_[view_.tensors[i].name] = i;
+  }
 
-  int64_t step() const override { return manifest().step; }
-  const std::string& dir() const override { return chain_.opened().dir; }
-  int world_size() const override { return 1; }
-  int rank() const override { return 0; }
-  const std::string& extras_json() const override { return manifest().extras_json; }
-  const std::vector<TensorInfo>& tensors() const override { return manifest().tensors; }
+  int64_t step() const override { return view_.step; }
+  const std::string& dir() const override { return view_.dir; }
+  int world_size() const override { return view_.world_size; }
+  int rank() const override { return view_.rank; }
+  const std::string& extras_json() const override { return view_.extras_json; }
+  const std::vector<TensorInfo>& tensors() const override { return view_.tensors; }
   const TensorInfo* Find(absl::string_view name) const override {
-    return chain_.Find(chain_.size() - 1, name);
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &view_.tensors[it->second];
   }
 
   absl::Status ReadInto(std::span<const ReadTarget> targets) override;
@@ -57,34 +169,35 @@ class ReaderImpl final : public Reader {
   absl::Status Verify(const VerifyProgress& progress) override;
 
  private:
-  const Manifest& manifest() const { return chain_.opened().manifest; }
-  // Reconstructs each tensor through the chain, checking every link.
-  absl::Status VerifyByReading(const VerifyProgress& progress);
+  static uint64_t LargestPartRecord(const StepView& view) {
+    uint64_t largest = 0;
+    for (const ReaderPart& p : view.parts) {
+      largest = std::max(largest, LargestRawBytes(p.chain.opened().manifest.tensors));
+    }
+    return largest;
+  }
+  // Reads tensor `name` of part `part` into `dst` (room for its raw bytes).
+  absl::Status ReadFromPart(std::span<const std::pair<size_t, const std::string*>> names,
+                            std::span<char* const> dsts);
 
-  const DeltaChain chain_;
+  const StepView view_;
+  absl::flat_hash_map<std::string, size_t> index_;  // name -> position in view_.tensors
   ShardFiles files_;
   ReadChunks chunks_;  // created on first use; uses `files_`'s queue
 };
 
-absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
+absl::Status ReaderImpl::ReadFromPart(std::span<const std::pair<size_t, const std::string*>> names,
+                                      std::span<char* const> dsts) {
   // Each target starts from the newest whole record of its chain.
   std::vector<RecordTarget> records;
   std::vector<size_t> bases;  // the chain link of each record
-  records.reserve(targets.size());
-  bases.reserve(targets.size());
-  for (const ReadTarget& target : targets) {
-    const TensorInfo* info = Find(target.name);
-    if (info == nullptr) {
-      return absl::NotFoundError(absl::StrCat("no tensor \"", target.name, "\" in ", dir()));
-    }
-    if (target.capacity < info->raw_bytes || (info->raw_bytes > 0 && target.data == nullptr)) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor \"", target.name, "\" needs ",
-                                                     info->raw_bytes, " bytes, target has ",
-                                                     target.capacity));
-    }
-    CKPT_ASSIGN_OR_RETURN(size_t base, chain_.BaseLinkOf(target.name));
-    records.push_back(RecordTarget{&chain_.link(base).dir, chain_.Find(base, target.name),
-                                   static_cast<char*>(target.data)});
+  records.reserve(names.size());
+  bases.reserve(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const DeltaChain& chain = view_.parts[names[i].first].chain;
+    const std::string& name = *names[i].second;
+    CKPT_ASSIGN_OR_RETURN(size_t base, chain.BaseLinkOf(name));
+    records.push_back(RecordTarget{&chain.link(base).dir, chain.Find(base, name), dsts[i]});
     bases.push_back(base);
   }
   // Compressed records first, each on its own (one executor per queue at a time).
@@ -96,11 +209,35 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
   absl::Status status = ReadRawRecords(files_, chunks_, records);
   // Then the deltas, link by link, each checked.
   for (size_t i = 0; i < records.size() && status.ok(); ++i) {
-    if (bases[i] + 1 < chain_.size()) {
-      status = ApplyDeltas(files_, chain_, records[i].info->name, bases[i], records[i].dst);
+    const DeltaChain& chain = view_.parts[names[i].first].chain;
+    if (bases[i] + 1 < chain.size()) {
+      status = ApplyDeltas(files_, chain, *names[i].second, bases[i], records[i].dst);
     }
   }
   return status;
+}
+
+absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
+  std::vector<std::pair<size_t, const std::string*>> names;
+  std::vector<char*> dsts;
+  names.reserve(targets.size());
+  dsts.reserve(targets.size());
+  for (const ReadTarget& target : targets) {
+    auto it = index_.find(target.name);
+    if (it == index_.end()) {
+      return absl::NotFoundError(absl::StrCat("no tensor \"", target.name, "\" in ", dir()));
+    }
+    const TensorInfo& info = view_.tensors[it->second];
+    if (target.capacity < info.raw_bytes || (info.raw_bytes > 0 && target.data == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", target.name, "\" needs ",
+                                                     info.raw_bytes, " bytes, target has ",
+                                                     target.capacity));
+    }
+    const TensorSource& source = view_.sources[it->second];
+    names.emplace_back(source.part, &source.name);
+    dsts.push_back(static_cast<char*>(target.data));
+  }
+  return ReadFromPart(names, dsts);
 }
 
 absl::StatusOr<Tensor> ReaderImpl::Read(absl::string_view name) {
@@ -116,8 +253,8 @@ absl::StatusOr<Tensor> ReaderImpl::Read(absl::string_view name) {
 absl::StatusOr<std::vector<Tensor>> ReaderImpl::ReadAll() {
   std::vector<Tensor> tensors;
   std::vector<ReadTarget> targets;
-  tensors.reserve(manifest().tensors.size());
-  for (const TensorInfo& info : manifest().tensors) {
+  tensors.reserve(view_.tensors.size());
+  for (const TensorInfo& info : view_.tensors) {
     Tensor tensor{info.name, info.dtype, info.shape, {}};
     CKPT_ASSIGN_OR_RETURN(tensor.bytes, AlignedBytes::Allocate(info.raw_bytes, false));
     targets.push_back(ReadTarget{info.name, tensor.bytes.data(), tensor.bytes.size()});
@@ -127,20 +264,26 @@ absl::StatusOr<std::vector<Tensor>> ReaderImpl::ReadAll() {
   return tensors;
 }
 
-absl::Status ReaderImpl::VerifyByReading(const VerifyProgress& progress) {
-  CKPT_ASSIGN_OR_RETURN(AlignedBytes buffer,
-                        AlignedBytes::Allocate(LargestRawBytes(manifest().tensors), false));
-  for (const TensorInfo& t : manifest().tensors) {
-    ReadTarget target{t.name, buffer.data(), buffer.size()};
-    CKPT_RETURN_IF_ERROR(ReadInto({&target, 1}));
-    if (progress) progress(t.raw_bytes);
+absl::Status ReaderImpl::Verify(const VerifyProgress& progress) {
+  // Every part the view draws from, whole: a full one by reading its shards
+  // straight through, a delta by rebuilding each tensor through its chain.
+  for (size_t p = 0; p < view_.parts.size(); ++p) {
+    const DeltaChain& chain = view_.parts[p].chain;
+    const Manifest& manifest = chain.opened().manifest;
+    if (!chain.is_delta()) {
+      CKPT_RETURN_IF_ERROR(VerifyFullCheckpoint(files_, chunks_, chain.opened().dir, manifest, progress));
+      continue;
+    }
+    CKPT_ASSIGN_OR_RETURN(AlignedBytes buffer,
+                          AlignedBytes::Allocate(LargestRawBytes(manifest.tensors), false));
+    for (const TensorInfo& t : manifest.tensors) {
+      const std::pair<size_t, const std::string*> name{p, &t.name};
+      char* dst = static_cast<char*>(buffer.data());
+      CKPT_RETURN_IF_ERROR(ReadFromPart({&name, 1}, {&dst, 1}));
+      if (progress) progress(t.raw_bytes);
+    }
   }
   return absl::OkStatus();
-}
-
-absl::Status ReaderImpl::Verify(const VerifyProgress& progress) {
-  if (chain_.is_delta()) return VerifyByReading(progress);
-  return VerifyFullCheckpoint(files_, chunks_, dir(), manifest(), progress);
 }
 
 }  // namespace
@@ -157,26 +300,24 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
     if (!std::binary_search(steps.begin(), steps.end(), step)) {
       return absl::NotFoundError(absl::StrCat("no checkpoint for step ", step, " in ", root));
     }
-    CKPT_ASSIGN_OR_RETURN(DeltaChain chain, DeltaChain::Load(*fs, root, step));
-    return std::unique_ptr<Reader>(
-        new ReaderImpl(fs, options.io, std::move(chain), std::move(backend)));
+    CKPT_ASSIGN_OR_RETURN(StepView view, LoadStepView(*fs, root, step, options.rank));
+    return std::unique_ptr<Reader>(new ReaderImpl(fs, options.io, std::move(view), std::move(backend)));
   }
   std::string skipped;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    auto chain = DeltaChain::Load(*fs, root, *it);
-    if (chain.ok()) {
-      return std::unique_ptr<Reader>(
-          new ReaderImpl(fs, options.io, std::move(*chain), std::move(backend)));
+    auto view = LoadStepView(*fs, root, *it, options.rank);
+    if (view.ok()) {
+      return std::unique_ptr<Reader>(new ReaderImpl(fs, options.io, std::move(*view), std::move(backend)));
     }
     // Only damage is skipped: an I/O error (EIO, EACCES, ...) may be
     // transient, and silently restoring an older step would hide it.
-    if (chain.status().code() != absl::StatusCode::kDataLoss &&
-        chain.status().code() != absl::StatusCode::kUnimplemented) {
-      return Annotate(chain.status(), absl::StrCat("checkpoint step ", *it, " in ", root));
+    if (view.status().code() != absl::StatusCode::kDataLoss &&
+        view.status().code() != absl::StatusCode::kUnimplemented) {
+      return Annotate(view.status(), absl::StrCat("checkpoint step ", *it, " in ", root));
     }
-    Log(LogLevel::kWarning, absl::StrCat("skipping step ", *it, ": ", chain.status().message()));
+    Log(LogLevel::kWarning, absl::StrCat("skipping step ", *it, ": ", view.status().message()));
     absl::StrAppend(&skipped, skipped.empty() ? "" : "; ", "step ", *it, ": ",
-                    chain.status().message());
+                    view.status().message());
   }
   if (skipped.empty()) return absl::NotFoundError(absl::StrCat("no checkpoint in ", root));
   return absl::DataLossError(absl::StrCat("no readable checkpoint in ", root, " (", skipped, ")"));

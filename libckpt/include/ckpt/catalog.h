@@ -23,6 +23,10 @@ struct CheckpointSummary {
   // OK if the manifest was read and passed its checksum and bounds checks;
   // otherwise why not (the other fields are then zero).
   absl::Status manifest_status;
+  // How many ranks wrote it (ckpt/distributed.h); 1 for one process. A
+  // multi-rank checkpoint is one unit: the figures below add up its parts,
+  // it is a delta if any part is, and every delta part has `base_step`.
+  int world_size = 1;
   CheckpointKind kind = CheckpointKind::kFull;
   int64_t base_step = -1;    // for a delta: the checkpoint it applies to
   // For a delta: kExact or kTopK; kNone for a full checkpoint.

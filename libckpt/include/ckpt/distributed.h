@@ -24,10 +24,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace ckpt {
@@ -42,8 +44,9 @@ class CoordinationStore {
   // Sets `key` to `value`, replacing any value it had.
   virtual absl::Status Set(const std::string& key, const std::string& value) = 0;
   // Waits until `key` exists and returns its value. kDeadlineExceeded when it
-  // did not appear within `timeout`; kUnavailable when the store cannot be
-  // reached (its host process died).
+  // did not appear within `timeout` (the engine asks for at most 200 ms at a
+  // time and at least 1 ms); kUnavailable when the store cannot be reached
+  // (its host process died).
   virtual absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) = 0;
   // Atomically sets `key` to `value` if it does not exist; returns the value
   // the key holds afterwards (`value`, or the one another rank set first).
@@ -87,6 +90,10 @@ enum class TensorPlacement : uint8_t {
   // contents (an RNG state, a data-loader position).
   kRankLocal,
 };
+
+// "default", "replicated", "rank_local": the names manifests use.
+absl::string_view TensorPlacementName(TensorPlacement placement);
+std::optional<TensorPlacement> ParseTensorPlacement(absl::string_view name);
 
 }  // namespace ckpt
 

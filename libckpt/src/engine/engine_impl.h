@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/status/status.h"
@@ -31,6 +32,7 @@
 #include "ckpt/engine.h"
 #include "ckpt/file_system.h"
 #include "ckpt/root_lock.h"
+#include "distributed/rank_commit.h"
 #include "engine/lazy_stager.h"
 #include "engine/metrics.h"
 #include "engine/persister.h"
@@ -60,8 +62,11 @@ class CallerClock {
 
 class EngineImpl final : public Engine {
  public:
+  // `writer_lock` and `committer` may be null (a multi-rank engine's ranks
+  // but 0 hold no lock; a single-process engine has no committer).
   EngineImpl(std::string root, EngineOptions options, std::shared_ptr<FileSystem> fs,
-             std::unique_ptr<FileLock> writer_lock, OpenedIo backend);
+             std::unique_ptr<FileLock> writer_lock, OpenedIo backend,
+             std::unique_ptr<RankCommitter> committer);
   // Sizes a fixed staging pool and starts the persister, the lazy stager (or
   // the host copier) and the watchdog.
   absl::Status Start();
@@ -143,6 +148,9 @@ class EngineImpl final : public Engine {
   // ROOT/.ckpt-writer.lock, held from Open until Close has stopped every
   // thread that writes.
   std::unique_ptr<FileLock> writer_lock_;
+  // A multi-rank engine's side of the commit (used by the persister thread,
+  // and by `NewJob` for its nonce); null for a single process.
+  const std::unique_ptr<RankCommitter> committer_;
   OpenedIo backend_;
   StagingPool pool_;
   MetricsSink metrics_;  // persister thread only
@@ -171,6 +179,9 @@ class EngineImpl final : public Engine {
   // the training thread, which skips them, does no file I/O.
   std::vector<SaveStats> skipped_unlogged_ ABSL_GUARDED_BY(mu_);
   absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
+  // Multi-rank: how many saves of each step this engine started (part of
+  // the shared temp directory's name; every rank counts alike).
+  absl::flat_hash_map<int64_t, int> attempts_ ABSL_GUARDED_BY(mu_);
   // Threads of `ReserveStaging`, joined by `Close`.
   std::vector<std::thread> reservations_ ABSL_GUARDED_BY(mu_);
 };

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/engine.h"
 #include "ckpt/root_lock.h"
+#include "distributed/rank_layout.h"
 #include "engine/engine_impl.h"
 #include "format/names.h"
 #include "io/backend.h"
@@ -45,11 +46,13 @@ absl::Status RemoveAbandonedSaves(FileSystem& fs, const std::string& root) {
 }  // namespace
 
 EngineImpl::EngineImpl(std::string root, EngineOptions options, std::shared_ptr<FileSystem> fs,
-                       std::unique_ptr<FileLock> writer_lock, OpenedIo backend)
+                       std::unique_ptr<FileLock> writer_lock, OpenedIo backend,
+                       std::unique_ptr<RankCommitter> committer)
     : root_(std::move(root)),
       options_(std::move(options)),
       fs_(std::move(fs)),
       writer_lock_(std::move(writer_lock)),
+      committer_(std::move(committer)),
       backend_(std::move(backend)),
       pool_(options_.io.chunk_bytes),
       metrics_(fs_.get(), options_.metrics_jsonl_path, options_.prometheus_textfile_path) {}
@@ -65,7 +68,7 @@ absl::Status EngineImpl::Start() {
                        backend_.direct,  backend_.description,
                        kWriter,          options_.compression_level,
                        options_.delta,   options_.io.encode_buffers,
-                       BackgroundNice()};
+                       BackgroundNice(), committer_.get()};
   persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job, const absl::Status& outcome, const SaveStats& s) {
                                OnSaveDone(job, outcome, s);
                              });
@@ -160,9 +163,34 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
     return absl::InvalidArgumentError(
         absl::StrCat("compression_level ", options.compression_level, " is not in 0..19"));
   }
+  const DistributedOptions& dist = options.distributed;
+  if (dist.world_size < 1 || dist.world_size > kMaxWorldSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("distributed.world_size ", dist.world_size, " is not in 1..", kMaxWorldSize));
+  }
+  const bool multi_rank = dist.world_size > 1;
+  if (multi_rank) {
+    if (dist.rank < 0 || dist.rank >= dist.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("distributed.rank ", dist.rank, " is not in 0..",
+                                                     dist.world_size - 1));
+    }
+    if (dist.store == nullptr) {
+      return absl::InvalidArgumentError("distributed.store is required when world_size > 1");
+    }
+    if (dist.key_prefix.empty()) return absl::InvalidArgumentError("distributed.key_prefix is empty");
+    if (dist.commit_timeout <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("distributed.commit_timeout must be positive");
+    }
+    if (options.when_busy == EngineOptions::BusyPolicy::kSkip) {
+      return absl::InvalidArgumentError(
+          "when_busy=skip cannot be used with world_size > 1: ranks would skip different saves");
+    }
+  }
   auto stat = fs->Stat(root);
   if (!stat.ok() && stat.status().code() == absl::StatusCode::kNotFound && options.create_root) {
-    CKPT_RETURN_IF_ERROR(fs->CreateDir(root));
+    // Another process (another rank) may create it at the same time.
+    absl::Status created = fs->CreateDir(root);
+    if (!created.ok() && !absl::IsAlreadyExists(created)) return created;
     size_t slash = root.find_last_of('/');
     std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : root.substr(0, slash);
     CKPT_RETURN_IF_ERROR(fs->SyncDir(parent));
@@ -173,20 +201,32 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
     return absl::FailedPreconditionError(absl::StrCat("checkpoint root ", root, " is not a directory"));
   }
   // One writer per root: a second engine, here or in another process, would
-  // race this one's commits, LATEST and delta base.
-  auto writer_lock = LockRoot(root, RootLockKind::kWriter, "ckpt engine", fs.get());
-  if (!writer_lock.ok()) {
-    if (writer_lock.status().code() != absl::StatusCode::kUnavailable) return writer_lock.status();
-    return absl::UnavailableError(absl::StrCat(
-        writer_lock.status().message(), " (one engine writes a root at a time: close the other first)"));
+  // race this one's commits, LATEST and delta base. (Of a multi-rank
+  // engine's ranks, rank 0 commits and holds the lock; the others only
+  // write files of their own into the temp directories.)
+  std::unique_ptr<FileLock> writer_lock;
+  std::unique_ptr<RankCommitter> committer;
+  if (multi_rank) {
+    committer = std::make_unique<RankCommitter>(dist, fs.get(), root, kWriter);
   }
-  // Holding the lock, every save in progress in ROOT is ours: a
-  // `.tmp-step-*` directory there was left by a writer that died mid-save.
-  CKPT_RETURN_IF_ERROR(RemoveAbandonedSaves(*fs, root));
+  if (!multi_rank || dist.rank == 0) {
+    auto locked = LockRoot(root, RootLockKind::kWriter, "ckpt engine", fs.get());
+    if (!locked.ok()) {
+      if (locked.status().code() != absl::StatusCode::kUnavailable) return locked.status();
+      return absl::UnavailableError(absl::StrCat(
+          locked.status().message(), " (one engine writes a root at a time: close the other first)"));
+    }
+    writer_lock = std::move(*locked);
+    // Holding the lock, every save in progress in ROOT is ours: a
+    // `.tmp-step-*` directory there was left by a writer that died mid-save.
+    CKPT_RETURN_IF_ERROR(RemoveAbandonedSaves(*fs, root));
+  }
+  // Rank 0 publishes that ROOT is clean; the others wait for it.
+  if (committer != nullptr) CKPT_RETURN_IF_ERROR(committer->Handshake());
   auto backend = OpenIo(*fs, options.io, root);
   if (!backend.ok()) return Annotate(backend.status(), absl::StrCat("checkpoint root ", root));
-  auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(*writer_lock),
-                                             std::move(*backend));
+  auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(writer_lock),
+                                             std::move(*backend), std::move(committer));
   CKPT_RETURN_IF_ERROR(engine->Start());
   return std::unique_ptr<Engine>(std::move(engine));
 }

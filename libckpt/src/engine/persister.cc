@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "commit/commit.h"
 #include "delta/delta_codec.h"
+#include "distributed/rank_layout.h"
 #include "engine/record_hasher.h"
 #include "format/manifest.h"
 #include "util/kill_point.h"
@@ -123,7 +124,12 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
   if (abandon_) job.Abort(absl::CancelledError("save cancelled: engine closing"));
   if (job.abort) status = job.abort_reason();
   job.stage = SaveStage::kWriting;
-  if (status.ok()) status = ctx_.fs->CreateDir(job.temp_dir);
+  if (status.ok()) {
+    status = ctx_.fs->CreateDir(job.temp_dir);
+    // Every rank of a multi-rank save writes into one directory; whoever
+    // comes first creates it.
+    if (ctx_.committer != nullptr && absl::IsAlreadyExists(status)) status = absl::OkStatus();
+  }
   OpenOptions open;
   open.write = true;
   open.create = true;
@@ -292,6 +298,7 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
       info.shape = t.shape;
       info.raw_bytes = t.nbytes;
       info.xxh3 = plan.hashes[r.tensor];
+      if (ctx_.committer != nullptr) info.placement = t.placement;
     }
     PlaceRawRecords(shard, layout.file_bytes, &manifest);
     // An encoded record lies where the encoder put it, as it was encoded.
@@ -330,14 +337,33 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
   manifest.writer = ctx_.writer;
   manifest.extras_json = job.extras_json;
   CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(&manifest));
-  CKPT_RETURN_IF_ERROR(
-      WriteFileDurably(*ctx_.fs, JoinPath(job.temp_dir, kManifestName), contents));
-  KillPoint("commit.manifest");
+  RankCommitter* const committer = ctx_.committer;
+  // A rank's part of a multi-rank save has a manifest of its own; rank 0
+  // writes the checkpoint's MANIFEST.json once every part is in.
+  const std::string manifest_name =
+      committer != nullptr ? RankManifestName(committer->rank()) : std::string(kManifestName);
+  CKPT_RETURN_IF_ERROR(WriteFileDurably(*ctx_.fs, JoinPath(job.temp_dir, manifest_name), contents));
+  if (committer == nullptr) KillPoint("commit.manifest");
   job.Touch();
   // Past this point the save completes (or fails) on its own: the watchdog
-  // no longer gives up on it.
+  // no longer gives up on it (a multi-rank save's wait for the other ranks
+  // is bounded by `commit_timeout`).
   if (!job.BeginCommit()) return job.abort_reason();
-  CKPT_RETURN_IF_ERROR(CommitCheckpoint(*ctx_.fs, ctx_.root, job.temp_dir, job.final_name));
+  if (committer == nullptr) {
+    CKPT_RETURN_IF_ERROR(CommitCheckpoint(*ctx_.fs, ctx_.root, job.temp_dir, job.final_name));
+  } else {
+    // The part's files are fsynced; their names in the shared directory too.
+    CKPT_RETURN_IF_ERROR(ctx_.fs->SyncDir(job.temp_dir));
+    RankCommitter::Part part;
+    part.manifest = manifest_name;
+    part.manifest_xxh3 = manifest.manifest_xxh3;
+    part.kind = manifest.kind;
+    part.base_step = manifest.base_step;
+    part.delta_mode = manifest.delta_mode;
+    part.replicated_fingerprint = job.replicated_fingerprint;
+    CKPT_RETURN_IF_ERROR(committer->CommitPart(job.step(), job.temp_dir, job.final_name, part,
+                                               job.extras_json, [&job] { return job.abort.load(); }));
+  }
   KillPoint("commit.done");
   if (reference_ != nullptr) {
     reference_->Retain(job.tensors);
@@ -355,6 +381,7 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   Plan plan;
   plan.delta = ShouldWriteDelta(job);
   plan.hashes.assign(job.tensors.size(), 0);
+  if (ctx_.committer != nullptr) ctx_.committer->AnnounceStep(job.step());
   absl::Status status = WriteChunks(job, files, plan);
   SaveStats stats;
   if (status.ok()) status = Commit(job, files, plan, &stats);
@@ -365,7 +392,14 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
     if (!reason.ok()) status = reason;
     plan.encoder.reset();  // gives nothing back: its chunks were released or are dropped below
     files.clear();         // close what is open before removing the directory
-    RemoveTreeBestEffort(*ctx_.fs, job.temp_dir);
+    if (ctx_.committer != nullptr) {
+      // The other ranks learn of it (and stop waiting for this one); the
+      // error may be another rank's, which caused this one's.
+      status = ctx_.committer->AbandonPart(job.temp_dir, status);
+      ctx_.committer->RemoveOwnFiles(job.temp_dir);
+    } else {
+      RemoveTreeBestEffort(*ctx_.fs, job.temp_dir);
+    }
     // The reference may be half updated: the next save is full.
     if (reference_ != nullptr) reference_->Invalidate();
     // (The watchdog's reason names the step and root already.)

@@ -16,6 +16,7 @@
 #include "ckpt/file_system.h"
 #include "ckpt/options.h"
 #include "engine/reference_state.h"
+#include "distributed/rank_commit.h"
 #include "engine/save_job.h"
 #include "engine/shard_encoder.h"
 #include "staging/staging_pool.h"
@@ -37,6 +38,8 @@ struct PersisterContext {
   // a staging chunk's size; any number >= 1 works (see ShardOutputs).
   size_t output_buffers = 8;
   int background_nice = 0;  // see EngineOptions
+  // A multi-rank engine's side of the commit; null for a single process.
+  RankCommitter* committer = nullptr;
 };
 
 class Persister {

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "distributed/rank_layout.h"
 #include "engine/engine_impl.h"
 #include "engine/save_job.h"
 #include "engine/stager.h"
@@ -99,10 +100,25 @@ absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
   const CallerClock clock;
   CKPT_RETURN_IF_ERROR(ValidateSave(step, tensors, extras_json));
   CKPT_RETURN_IF_ERROR(TakeUnreportedError());
+  // A rank of a multi-rank save writes its own tensors and the replicated
+  // ones it owns; the other ranks write the rest of the replicated ones.
+  std::vector<TensorView> own;
+  uint64_t replicated_fingerprint = 0;
+  if (committer_ != nullptr) {
+    const std::vector<int> owners = TensorOwners(tensors, committer_->rank(), committer_->world_size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (owners[i] == committer_->rank()) own.push_back(tensors[i]);
+    }
+    replicated_fingerprint = ReplicatedFingerprint(tensors);
+    tensors = own;
+  }
   MutexLock staging_lock(&staging_mu_);
   CKPT_RETURN_IF_ERROR(AdmitStep(step));
   std::vector<PlannedShard> plan =
       PlanShards(tensors, options_.shard_min_bytes, options_.shard_max_bytes);
+  if (committer_ != nullptr) {
+    for (PlannedShard& shard : plan) shard.file = RankFilePrefix(committer_->rank()) + shard.file;
+  }
   const size_t needed = StagingChunksFor(plan);
   const size_t in_flight = SavesInFlight();
   CKPT_RETURN_IF_ERROR(SizePoolForSave(needed, in_flight));
@@ -113,6 +129,7 @@ absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
   }
   std::shared_ptr<SaveJob> job = NewJob(step, tensors, extras_json, std::move(plan),
                                         clock.start(), /*has_device=*/staging.device != nullptr);
+  job->replicated_fingerprint = replicated_fingerprint;
   if (ShouldSkip(needed, in_flight)) {
     Skip(*job, clock);
     return job;
@@ -173,10 +190,20 @@ std::shared_ptr<SaveJob> EngineImpl::NewJob(int64_t step, std::span<const Tensor
   // bandwidth are shared) to gain the copy's few hundred milliseconds.
   const bool defer_writes =
       lazy_ == nullptr && !has_device && !options_.write_during_eager_staging;
+  std::string temp_name;
+  if (committer_ != nullptr) {
+    int attempt;
+    {
+      MutexLock lock(&mu_);
+      attempt = ++attempts_[step];
+    }
+    temp_name = MultiRankTempDirName(step, committer_->nonce(), attempt);
+  } else {
+    temp_name = TempDirName(step, NextNonce());
+  }
   return std::make_shared<SaveJob>(
       step, std::string(extras_json), std::vector<TensorView>(tensors.begin(), tensors.end()),
-      std::move(plan), CheckpointDirName(step), JoinPath(root_, TempDirName(step, NextNonce())),
-      start, defer_writes);
+      std::move(plan), CheckpointDirName(step), JoinPath(root_, temp_name), start, defer_writes);
 }
 
 bool EngineImpl::ShouldSkip(size_t needed, size_t in_flight) const {

@@ -166,6 +166,10 @@ class SaveJob final : public SaveHandle {
   const std::string final_name;
   const std::string temp_dir;
   const Clock::time_point start_time;
+  // A multi-rank save: the digest of the replicated tensors the caller
+  // declared (ReplicatedFingerprint), those it does not write included. Set
+  // before the job is queued.
+  uint64_t replicated_fingerprint = 0;
 
  private:
   bool WritesAllowed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -60,6 +60,11 @@ nlohmann::ordered_json TensorInfoObject(const TensorInfo& t) {
                               {"encoding", std::string(RecordEncodingName(t.encoding))},
                               {"xxh3", HashToHex(t.xxh3)},
                               {"error_bound", t.error_bound}};
+  // Only a multi-rank checkpoint's tensors have a placement or rank to say.
+  if (t.placement != TensorPlacement::kDefault) {
+    j["placement"] = std::string(TensorPlacementName(t.placement));
+  }
+  if (t.placement != TensorPlacement::kDefault || t.rank != 0) j["rank"] = t.rank;
   return j;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "delta/delta_codec.h"
 #include "format/json_forms.h"
@@ -108,6 +109,14 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
     return Corrupt(path, absl::StrCat(where, ": a zstd record of ", t.stored_bytes,
                                       " bytes cannot hold raw_bytes ", t.raw_bytes));
   }
+  if (auto placement = j.find("placement"); placement != j.end()) {
+    std::optional<TensorPlacement> parsed_placement =
+        placement->is_string() ? ParseTensorPlacement(placement->get<std::string>()) : std::nullopt;
+    if (!parsed_placement.has_value()) {
+      return Corrupt(path, absl::StrCat(where, ": unknown placement ", placement->dump()));
+    }
+    t.placement = *parsed_placement;
+  }
   auto bound = j.find("error_bound");
   if (bound != j.end()) {
     if (!bound->is_number() || !(bound->get<double>() >= 0)) {
@@ -184,6 +193,7 @@ absl::StatusOr<std::string> SerializeManifest(Manifest* manifest) {
   for (const TensorInfo& t : m.tensors) {
     tensors.push_back(TensorInfoObject(t));
     if (t.error_bound == 0) tensors.back().erase("error_bound");  // only lossy records carry one
+    tensors.back().erase("rank");  // a rank's manifest is the rank's own
   }
   j["tensors"] = std::move(tensors);
   std::string text;
@@ -192,15 +202,18 @@ absl::StatusOr<std::string> SerializeManifest(Manifest* manifest) {
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot encode manifest: ", e.what()));
   }
+  return SealManifestText(std::move(text), &manifest->manifest_xxh3);
+}
+
+std::string SealManifestText(std::string text, uint64_t* hash) {
   // `text` ends with "\n}": drop the brace, append the checksum member.
   text.resize(text.size() - 2);
-  const uint64_t hash = Xxh3(text.data(), text.size());
-  manifest->manifest_xxh3 = hash;
-  absl::StrAppend(&text, kChecksumHead, HashToHex(hash), kChecksumTail);
+  *hash = Xxh3(text.data(), text.size());
+  absl::StrAppend(&text, kChecksumHead, HashToHex(*hash), kChecksumTail);
   return text;
 }
 
-absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_view path) {
+absl::StatusOr<uint64_t> CheckManifestChecksum(absl::string_view contents, absl::string_view path) {
   if (contents.size() > kMaxManifestBytes) {
     return Corrupt(path, absl::StrCat(contents.size(), " bytes exceeds the ", kMaxManifestBytes, " limit"));
   }
@@ -217,6 +230,13 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
     return Corrupt(path, absl::StrCat("checksum mismatch: stored ", HashToHex(*stored),
                                       ", computed ", HashToHex(actual)));
   }
+  return actual;
+}
+
+absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_view path) {
+  auto checksum = CheckManifestChecksum(contents, path);
+  if (!checksum.ok()) return checksum.status();
+  const uint64_t actual = *checksum;
   Json j = Json::parse(contents, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Corrupt(path, "not a JSON object");
 
@@ -288,7 +308,8 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
     ShardInfo info;
     CKPT_GET(s, "file", &info.file);
     CKPT_GET(s, "bytes", &info.bytes);
-    if (!IsSafeFileName(info.file) || info.file == kManifestName) {
+    if (!IsSafeFileName(info.file) || info.file == kManifestName ||
+        absl::EndsWith(info.file, ".MANIFEST.json")) {
       return Corrupt(path, absl::StrCat("shard file name \"", absl::CHexEscape(info.file),
                                         "\" is not a plain file name in the checkpoint"));
     }

@@ -76,6 +76,15 @@ void PlaceRawRecords(const PlannedShard& shard, uint64_t file_bytes, Manifest* m
 // Sets `manifest->manifest_xxh3`.
 absl::StatusOr<std::string> SerializeManifest(Manifest* manifest);
 
+// The checksum trailer every manifest ends with: `text` is a JSON object
+// as nlohmann's dump(1) writes it (ending in "\n}"); returns the file
+// contents, whose last member "manifest_xxh3" is `*hash`, the XXH3-64 of
+// every byte before the comma that precedes it.
+std::string SealManifestText(std::string text, uint64_t* hash);
+// Checks the size bound, the trailer's shape and the checksum of
+// `contents`; returns the checksum. kDataLoss naming `path`.
+absl::StatusOr<uint64_t> CheckManifestChecksum(absl::string_view contents, absl::string_view path);
+
 // Checks the checksum, then parses and bounds-checks everything (names,
 // dtypes, shapes against sizes, shard names, record extents) before the
 // caller allocates anything. Errors are kDataLoss naming `path`, or

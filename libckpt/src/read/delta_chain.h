@@ -14,6 +14,7 @@
 #include "ckpt/file_system.h"
 #include "ckpt/reader.h"
 #include "format/manifest.h"
+#include "format/names.h"
 
 namespace ckpt::internal {
 
@@ -30,7 +31,10 @@ class DeltaChain {
   // full checkpoint, checking each base against the manifest checksum its
   // dependant recorded (a base rewritten by compaction matches too). A
   // missing, damaged or mismatched base is kDataLoss naming both steps.
-  static absl::StatusOr<DeltaChain> Load(FileSystem& fs, const std::string& root, int64_t step);
+  // In a multi-rank checkpoint, `manifest` names the rank's manifest, whose
+  // bases are the same rank's parts of the base steps.
+  static absl::StatusOr<DeltaChain> Load(FileSystem& fs, const std::string& root, int64_t step,
+                                         absl::string_view manifest = kManifestName);
 
   // Links run from the full checkpoint (0) to the one opened (`size() - 1`).
   size_t size() const { return links_.size(); }

@@ -3,12 +3,16 @@
 #include "absl/strings/str_cat.h"
 #include "format/names.h"
 #include "io/small_file.h"
+#include "util/hash.h"
 #include "util/status_macros.h"
 
 namespace ckpt::internal {
 
-absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, const std::string& dir,
-                                      int64_t expected_step) {
+namespace {
+
+// `dir`/`name`'s contents; kDataLoss if it is missing or not a regular file.
+absl::StatusOr<std::string> ReadManifestFile(FileSystem& fs, const std::string& dir,
+                                             absl::string_view name) {
   // A step directory that is a symlink could point anywhere (another root,
   // another user's files): never read through one.
   auto dir_stat = fs.Stat(dir);
@@ -19,7 +23,7 @@ absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, const std::string& dir,
     return absl::DataLossError(
         absl::StrCat("checkpoint directory ", dir, " is a symbolic link, not a directory (refused)"));
   }
-  const std::string path = JoinPath(dir, kManifestName);
+  const std::string path = JoinPath(dir, name);
   auto contents = ReadSmallFile(fs, path, kMaxManifestBytes);
   if (!contents.ok()) {
     if (contents.status().code() == absl::StatusCode::kNotFound) {
@@ -30,11 +34,11 @@ absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, const std::string& dir,
     }
     return contents.status();
   }
-  CKPT_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(*contents, path));
-  if (manifest.step != expected_step) {
-    return absl::DataLossError(absl::StrCat("manifest ", path, " is for step ", manifest.step,
-                                            ", not ", expected_step));
-  }
+  return contents;
+}
+
+// Every shard `manifest` lists exists in `dir` with exactly its size.
+absl::Status CheckShards(FileSystem& fs, const std::string& dir, const Manifest& manifest) {
   for (const ShardInfo& shard : manifest.shards) {
     const std::string shard_path = JoinPath(dir, shard.file);
     auto stat = fs.Stat(shard_path);
@@ -55,7 +59,65 @@ absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, const std::string& dir,
                                               stat->size < shard.bytes ? " (truncated)" : ""));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Manifest> ParseAndCheck(FileSystem& fs, const std::string& dir, absl::string_view name,
+                                       absl::string_view contents, int64_t expected_step) {
+  const std::string path = JoinPath(dir, name);
+  if (LooksLikeGlobalManifest(contents)) {
+    return absl::UnimplementedError(absl::StrCat(
+        path, " is the manifest of a multi-rank checkpoint, not of one process's"));
+  }
+  CKPT_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(contents, path));
+  if (manifest.step != expected_step) {
+    return absl::DataLossError(absl::StrCat("manifest ", path, " is for step ", manifest.step,
+                                            ", not ", expected_step));
+  }
+  CKPT_RETURN_IF_ERROR(CheckShards(fs, dir, manifest));
   return manifest;
+}
+
+}  // namespace
+
+absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, const std::string& dir,
+                                      int64_t expected_step, absl::string_view name) {
+  CKPT_ASSIGN_OR_RETURN(std::string contents, ReadManifestFile(fs, dir, name));
+  return ParseAndCheck(fs, dir, name, contents, expected_step);
+}
+
+absl::StatusOr<StepManifest> LoadStepManifest(FileSystem& fs, const std::string& dir,
+                                              int64_t expected_step) {
+  CKPT_ASSIGN_OR_RETURN(std::string contents, ReadManifestFile(fs, dir, kManifestName));
+  StepManifest step;
+  if (!LooksLikeGlobalManifest(contents)) {
+    CKPT_ASSIGN_OR_RETURN(step.single, ParseAndCheck(fs, dir, kManifestName, contents, expected_step));
+    return step;
+  }
+  const std::string path = JoinPath(dir, kManifestName);
+  step.multi_rank = true;
+  CKPT_ASSIGN_OR_RETURN(step.global, ParseGlobalManifest(contents, path));
+  if (step.global.step != expected_step) {
+    return absl::DataLossError(absl::StrCat("manifest ", path, " is for step ", step.global.step,
+                                            ", not ", expected_step));
+  }
+  step.parts.reserve(step.global.ranks.size());
+  for (const RankPart& part : step.global.ranks) {
+    auto m = LoadManifest(fs, dir, expected_step, part.manifest);
+    if (!m.ok()) {
+      if (m.status().code() != absl::StatusCode::kDataLoss) return m.status();
+      return absl::DataLossError(absl::StrCat("rank ", part.rank, "'s part of ", dir, ": ",
+                                              m.status().message()));
+    }
+    if (m->manifest_xxh3 != part.manifest_xxh3) {
+      return absl::DataLossError(absl::StrCat("manifest ", JoinPath(dir, part.manifest),
+                                              " is not the one ", path, " lists (checksum ",
+                                              HashToHex(m->manifest_xxh3), ", expected ",
+                                              HashToHex(part.manifest_xxh3), ")"));
+    }
+    step.parts.push_back(std::move(*m));
+  }
+  return step;
 }
 
 }  // namespace ckpt::internal

@@ -5,19 +5,38 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "ckpt/file_system.h"
+#include "format/global_manifest.h"
 #include "format/manifest.h"
+#include "format/names.h"
 
 namespace ckpt::internal {
 
-// Reads and parses `dir`/MANIFEST.json, checks that its step is
-// `expected_step`, and that every shard file exists with exactly the size
-// the manifest records (a truncated or extended shard is kDataLoss naming
-// it). Does not read tensor data.
+// Reads and parses `dir`/`name` (MANIFEST.json, or a rank's manifest in a
+// multi-rank checkpoint), checks that its step is `expected_step`, and that
+// every shard file exists with exactly the size the manifest records (a
+// truncated or extended shard is kDataLoss naming it). Does not read tensor
+// data. A multi-rank checkpoint's MANIFEST.json is refused here
+// (kUnimplemented: format version 2; see LoadStepManifest).
 absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, const std::string& dir,
-                                      int64_t expected_step);
+                                      int64_t expected_step,
+                                      absl::string_view name = kManifestName);
+
+// What a step directory's MANIFEST.json says: a single-process checkpoint's
+// manifest, or a multi-rank checkpoint's list of parts (whose own manifests
+// are then loaded and checked too: each must exist, verify, have the
+// checksum the list records, and its shards their sizes).
+struct StepManifest {
+  bool multi_rank = false;
+  Manifest single;         // !multi_rank
+  GlobalManifest global;   // multi_rank
+  std::vector<Manifest> parts;  // multi_rank: one per rank
+};
+absl::StatusOr<StepManifest> LoadStepManifest(FileSystem& fs, const std::string& dir,
+                                              int64_t expected_step);
 
 }  // namespace ckpt::internal
 

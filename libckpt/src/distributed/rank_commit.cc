@@ -1,0 +1,402 @@
+#include "distributed/rank_commit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "commit/commit.h"
+#include "distributed/rank_layout.h"
+#include "format/global_manifest.h"
+#include "format/manifest.h"
+#include "format/names.h"
+#include "io/small_file.h"
+#include "read/load_manifest.h"
+#include "util/hash.h"
+#include "util/kill_point.h"
+#include "util/status_macros.h"
+
+namespace ckpt::internal {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr absl::string_view kCommit = "commit";
+constexpr absl::string_view kAbortPrefix = "abort:";
+constexpr absl::string_view kOk = "ok";
+constexpr absl::string_view kErrorPrefix = "error:";
+// How long one wait on the store lasts before a waiter checks whether its
+// save was cancelled (or, rank 0, whether another rank aborted it).
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(200);
+// The shortest wait asked of the store: a look at a key without waiting
+// (some stores read a zero timeout as "their default", or "for ever").
+constexpr absl::Duration kPeek = absl::Milliseconds(1);
+
+// "<code>:<message>", as `DecodeStatus` reads it back.
+std::string EncodeStatus(const absl::Status& status) {
+  return absl::StrCat(static_cast<int>(status.code()), ":", status.message());
+}
+
+absl::Status DecodeStatus(absl::string_view text) {
+  const size_t colon = text.find(':');
+  int code = 0;
+  if (colon == absl::string_view::npos || !absl::SimpleAtoi(text.substr(0, colon), &code) ||
+      code <= 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::InternalError(absl::StrCat("unreadable outcome from the coordination store: ", text));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), text.substr(colon + 1));
+}
+
+std::string Seconds(absl::Duration d) { return absl::StrFormat("%.3g s", absl::ToDoubleSeconds(d)); }
+
+// A store that cannot be reached usually means the rank hosting it died
+// (torch's TCPStore lives in rank 0's process).
+absl::Status LostStore(int rank, absl::string_view waiting_for, const absl::Status& error) {
+  return absl::UnavailableError(absl::StrCat(
+      "rank ", rank, " lost the coordination store while waiting for ", waiting_for,
+      " (the store's host, rank 0 under torch.distributed, may have died): ", error.message()));
+}
+
+}  // namespace
+
+RankCommitter::RankCommitter(DistributedOptions options, FileSystem* fs, std::string root,
+                             std::string writer)
+    : options_(std::move(options)), fs_(fs), root_(std::move(root)), writer_(std::move(writer)) {}
+
+std::string RankCommitter::SaveKey(const std::string& temp_dir, absl::string_view what) const {
+  const size_t slash = temp_dir.find_last_of('/');
+  const absl::string_view name =
+      slash == std::string::npos ? absl::string_view(temp_dir) : absl::string_view(temp_dir).substr(slash + 1);
+  return absl::StrCat(options_.key_prefix, "/", name, "/", what);
+}
+
+absl::Status RankCommitter::Handshake() {
+  const std::string key = absl::StrCat(options_.key_prefix, "/nonce");
+  if (rank() == 0) {
+    absl::BitGen gen;
+    const std::string nonce = absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
+    const std::string value = Json{{"nonce", nonce}, {"world_size", world_size()}}.dump();
+    CKPT_ASSIGN_OR_RETURN(std::string held, options_.store->SetIfAbsent(key, value));
+    if (held != value) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the coordination store already holds the keys of an engine opened with key_prefix \"",
+          options_.key_prefix, "\": every opening of a root needs its own prefix"));
+    }
+    nonce_ = nonce;
+    return absl::OkStatus();
+  }
+  auto value = options_.store->Get(key, options_.commit_timeout);
+  if (!value.ok()) {
+    if (absl::IsDeadlineExceeded(value.status())) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank ", rank(), ": rank 0 did not open its engine on ", root_, " within ",
+          Seconds(options_.commit_timeout), " (commit_timeout; key_prefix \"", options_.key_prefix,
+          "\")"));
+    }
+    return LostStore(rank(), "rank 0 to open its engine", value.status());
+  }
+  Json j = Json::parse(*value, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("nonce") || !j["nonce"].is_string() ||
+      !j.contains("world_size") || !j["world_size"].is_number_integer()) {
+    return absl::InternalError(absl::StrCat("unreadable handshake in the coordination store: ", *value));
+  }
+  if (j["world_size"].get<int>() != world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank(), " opened ", root_, " with world_size ",
+                                                   world_size(), ", rank 0 with ",
+                                                   j["world_size"].get<int>()));
+  }
+  nonce_ = j["nonce"].get<std::string>();
+  return absl::OkStatus();
+}
+
+void RankCommitter::AnnounceStep(int64_t step) {
+  (void)options_.store->Set(absl::StrCat(options_.key_prefix, "/current/", rank()),
+                            absl::StrCat(step));
+}
+
+absl::StatusOr<std::string> RankCommitter::WaitFor(const std::string& key, absl::Time deadline,
+                                                   const CancelledFn& cancelled) {
+  while (true) {
+    const absl::Duration left = std::max(kPeek, deadline - absl::Now());
+    auto value = options_.store->Get(key, std::min(left, kWaitSlice));
+    if (value.ok() || !absl::IsDeadlineExceeded(value.status())) return value;
+    if (absl::Now() >= deadline) return value;
+    if (cancelled && cancelled()) return absl::CancelledError("save cancelled: engine closing");
+  }
+}
+
+absl::Status RankCommitter::DecideAbort(const std::string& temp_dir, const absl::Status& reason) {
+  auto held = options_.store->SetIfAbsent(SaveKey(temp_dir, "decision"),
+                                          absl::StrCat(kAbortPrefix, EncodeStatus(reason)));
+  if (!held.ok()) return reason;  // nobody can commit without the store either
+  if (absl::StartsWith(*held, kAbortPrefix)) return DecodeStatus(absl::string_view(*held).substr(kAbortPrefix.size()));
+  // Only rank 0 decides to commit, and it does not abort afterwards.
+  return absl::InternalError(absl::StrCat("rank ", rank(), " could not abort a save rank 0 commits"));
+}
+
+absl::Status RankCommitter::CommitPart(int64_t step, const std::string& temp_dir,
+                                       const std::string& final_name, const Part& part,
+                                       const std::string& extras_json,
+                                       const CancelledFn& cancelled) {
+  Json report = {{"ok", true},
+                 {"step", step},
+                 {"world_size", world_size()},
+                 {"manifest", part.manifest},
+                 {"manifest_xxh3", HashToHex(part.manifest_xxh3)},
+                 {"kind", std::string(CheckpointKindName(part.kind))},
+                 {"base_step", part.base_step},
+                 {"replicated", HashToHex(part.replicated_fingerprint)}};
+  absl::Status reported = options_.store->Set(SaveKey(temp_dir, absl::StrCat("report/", rank())),
+                                              report.dump());
+  reported_ = temp_dir;
+  if (!reported.ok()) return LostStore(rank(), "nothing (reporting its part)", reported);
+  KillPoint("commit.rank_reported");
+  if (rank() == 0) return CommitAsRankZero(step, temp_dir, final_name, part, extras_json, cancelled);
+  return FollowRankZero(temp_dir, cancelled);
+}
+
+absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& temp_dir,
+                                             const std::string& final_name, const Part& part,
+                                             const std::string& extras_json,
+                                             const CancelledFn& cancelled) {
+  const absl::Time deadline = absl::Now() + options_.commit_timeout;
+  const std::string decision_key = SaveKey(temp_dir, "decision");
+  // Every other rank's report, in rank order; a rank that fails (or gives
+  // up) may decide to abort meanwhile, which ends the wait at once.
+  std::vector<Json> reports(world_size());
+  std::vector<int> missing;
+  for (int r = 1; r < world_size(); ++r) {
+    const std::string key = SaveKey(temp_dir, absl::StrCat("report/", r));
+    absl::StatusOr<std::string> value;
+    while (true) {
+      const absl::Time until = missing.empty() ? deadline : absl::Now();
+      const absl::Duration left = std::max(kPeek, until - absl::Now());
+      value = options_.store->Get(key, std::min(left, kWaitSlice));
+      if (value.ok() || !absl::IsDeadlineExceeded(value.status())) break;
+      auto decided = options_.store->Get(decision_key, kPeek);
+      if (decided.ok()) return DecideAbort(temp_dir, absl::AbortedError("aborted by another rank"));
+      if (absl::Now() >= until) break;
+      if (cancelled && cancelled()) {
+        return DecideAbort(temp_dir, absl::CancelledError(absl::StrCat(
+                                         "save of step ", step, " cancelled on rank 0: engine closing")));
+      }
+    }
+    if (!value.ok()) {
+      if (absl::IsDeadlineExceeded(value.status())) {
+        missing.push_back(r);
+        continue;
+      }
+      return DecideAbort(temp_dir, LostStore(0, absl::StrCat("rank ", r, "'s report"), value.status()));
+    }
+    Json j = Json::parse(*value, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("ok") || !j["ok"].is_boolean()) {
+      return DecideAbort(temp_dir, absl::InternalError(absl::StrCat("rank ", r, " sent an unreadable report")));
+    }
+    if (!j["ok"].get<bool>()) {
+      const std::string why = j.value("error", std::string("unknown error"));
+      const int code = j.value("code", static_cast<int>(absl::StatusCode::kInternal));
+      return DecideAbort(temp_dir, absl::Status(static_cast<absl::StatusCode>(code),
+                                                absl::StrCat("rank ", r, " failed: ", why)));
+    }
+    if (j.value("world_size", 0) != world_size()) {
+      return DecideAbort(temp_dir, absl::InvalidArgumentError(absl::StrCat(
+                                       "rank ", r, " saves with world_size ", j.value("world_size", 0),
+                                       ", rank 0 with ", world_size())));
+    }
+    if (j.value("replicated", std::string()) != HashToHex(part.replicated_fingerprint)) {
+      return DecideAbort(temp_dir, absl::InvalidArgumentError(absl::StrCat(
+                                       "ranks 0 and ", r, " declare different replicated tensors in step ",
+                                       step, " (every rank must declare the same names, dtypes and shapes)")));
+    }
+    reports[r] = std::move(j);
+  }
+  if (!missing.empty()) {
+    std::vector<std::string> who;
+    for (int r : missing) {
+      std::string w = absl::StrCat(r);
+      auto current = options_.store->Get(absl::StrCat(options_.key_prefix, "/current/", r),
+                                         kPeek);
+      if (current.ok() && *current != absl::StrCat(step)) absl::StrAppend(&w, " (saving step ", *current, ")");
+      who.push_back(std::move(w));
+    }
+    return DecideAbort(temp_dir, absl::DeadlineExceededError(absl::StrCat(
+                                     missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(who, ", "),
+                                     missing.size() == 1 ? " did" : " did", " not report its part of step ",
+                                     step, " within ", Seconds(options_.commit_timeout),
+                                     " (commit_timeout): nothing was committed")));
+  }
+
+  // Every part as rank 0 reads it from the shared temp directory: this also
+  // checks that ROOT is one file system for all ranks.
+  GlobalManifest global;
+  global.step = step;
+  global.world_size = world_size();
+  global.writer = writer_;
+  global.extras_json = extras_json;
+  global.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  std::vector<Manifest> parts;
+  parts.reserve(world_size());
+  std::set<int64_t> bases;
+  for (int r = 0; r < world_size(); ++r) {
+    const std::string name = RankManifestName(r);
+    auto m = LoadManifest(*fs_, temp_dir, step, name);
+    if (!m.ok()) {
+      return DecideAbort(temp_dir, absl::DataLossError(absl::StrCat(
+                                       "rank ", r, "'s part of step ", step, " is not readable on rank 0 (",
+                                       m.status().message(),
+                                       "): ROOT must be on a file system every rank shares")));
+    }
+    const uint64_t reported = r == 0 ? part.manifest_xxh3
+                                     : HashFromHex(reports[r].value("manifest_xxh3", std::string()))
+                                           .value_or(0);
+    if (m->manifest_xxh3 != reported) {
+      return DecideAbort(temp_dir, absl::DataLossError(absl::StrCat(
+                                       "rank ", r, "'s manifest of step ", step,
+                                       " on disk is not the one it reported")));
+    }
+    RankPart p;
+    p.rank = r;
+    p.manifest = name;
+    p.manifest_xxh3 = m->manifest_xxh3;
+    p.kind = m->kind;
+    p.base_step = m->base_step;
+    p.tensor_bytes = m->tensor_bytes();
+    p.file_bytes = m->shard_bytes();
+    p.tensor_count = m->tensors.size();
+    p.shard_count = m->shards.size();
+    if (m->kind == CheckpointKind::kDelta) {
+      bases.insert(m->base_step);
+      global.kind = CheckpointKind::kDelta;
+      global.base_step = m->base_step;
+      global.delta_mode = m->delta_mode;
+    }
+    global.ranks.push_back(std::move(p));
+    parts.push_back(std::move(*m));
+  }
+  if (bases.size() > 1) {
+    return DecideAbort(temp_dir, absl::FailedPreconditionError(absl::StrCat(
+                                     "the ranks' parts of step ", step, " are deltas of different steps (",
+                                     absl::StrJoin(bases, ", "), "): the next save is full")));
+  }
+  // A name two ranks both saved must be the same tensor, unless every rank
+  // that saved it declared it rank-local.
+  std::map<absl::string_view, std::pair<int, const TensorInfo*>> seen;
+  for (int r = 0; r < world_size(); ++r) {
+    for (const TensorInfo& t : parts[r].tensors) {
+      auto [it, inserted] = seen.emplace(t.name, std::pair{r, &t});
+      if (inserted) continue;
+      const TensorInfo& first = *it->second.second;
+      if (first.placement == TensorPlacement::kRankLocal && t.placement == TensorPlacement::kRankLocal) continue;
+      if (first.dtype == t.dtype && first.shape == t.shape && first.xxh3 == t.xxh3) continue;
+      return DecideAbort(temp_dir, absl::InvalidArgumentError(absl::StrCat(
+                                       "tensor \"", t.name, "\" of step ", step, " differs between rank ",
+                                       it->second.first, " and rank ", r,
+                                       ": declare it rank-local if each rank holds its own value, or "
+                                       "replicated if they are meant to be equal")));
+    }
+  }
+  absl::StatusOr<std::string> contents = SerializeGlobalManifest(&global);
+  if (!contents.ok()) return DecideAbort(temp_dir, Annotate(contents.status(), "rank 0"));
+  absl::Status written = WriteFileDurably(*fs_, JoinPath(temp_dir, kManifestName), *contents);
+  if (written.ok()) written = fs_->SyncDir(temp_dir);
+  if (!written.ok()) return DecideAbort(temp_dir, Annotate(written, "rank 0"));
+  KillPoint("commit.manifest");
+  auto held = options_.store->SetIfAbsent(decision_key, std::string(kCommit));
+  if (!held.ok()) return LostStore(0, "nothing (deciding to commit)", held.status());
+  if (*held != kCommit) return DecodeStatus(absl::string_view(*held).substr(kAbortPrefix.size()));
+  KillPoint("commit.decided");
+  absl::Status committed = CommitCheckpoint(*fs_, root_, temp_dir, final_name);
+  (void)options_.store->Set(SaveKey(temp_dir, "result"),
+                            committed.ok() ? std::string(kOk)
+                                           : absl::StrCat(kErrorPrefix, EncodeStatus(committed)));
+  return committed;
+}
+
+absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const CancelledFn& cancelled) {
+  const std::string decision_key = SaveKey(temp_dir, "decision");
+  // A little longer than rank 0 waits for the reports, so that when a rank
+  // is missing, rank 0's verdict (naming it) is the one that stands.
+  const absl::Duration patience =
+      options_.commit_timeout + options_.commit_timeout / 10 + absl::Seconds(1);
+  auto decision = WaitFor(decision_key, absl::Now() + patience, cancelled);
+  if (!decision.ok()) {
+    if (!absl::IsDeadlineExceeded(decision.status()) && !absl::IsCancelled(decision.status())) {
+      return LostStore(rank(), "rank 0's decision", decision.status());
+    }
+    const absl::Status reason =
+        absl::IsCancelled(decision.status())
+            ? absl::CancelledError(absl::StrCat("save cancelled on rank ", rank(), ": engine closing"))
+            : absl::DeadlineExceededError(absl::StrCat(
+                  "rank ", rank(), " had no decision from rank 0 within ", Seconds(patience),
+                  " (rank 0 is slower than commit_timeout allows, hung, or dead): nothing was committed"));
+    decision = options_.store->SetIfAbsent(decision_key, absl::StrCat(kAbortPrefix, EncodeStatus(reason)));
+    if (!decision.ok()) return LostStore(rank(), "rank 0's decision", decision.status());
+  }
+  if (*decision != kCommit) {
+    if (!absl::StartsWith(*decision, kAbortPrefix)) {
+      return absl::InternalError(absl::StrCat("unreadable decision in the coordination store: ", *decision));
+    }
+    return DecodeStatus(absl::string_view(*decision).substr(kAbortPrefix.size()));
+  }
+  // Rank 0 decided to commit: the rest is its renames and fsyncs.
+  auto result = WaitFor(SaveKey(temp_dir, "result"), absl::Now() + patience, nullptr);
+  if (!result.ok()) {
+    if (absl::IsDeadlineExceeded(result.status())) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank 0 decided to commit but did not report the outcome within ", Seconds(patience),
+          ": the checkpoint may or may not be in place (readers verify it)"));
+    }
+    return LostStore(rank(), "the outcome of rank 0's commit", result.status());
+  }
+  if (*result == kOk) return absl::OkStatus();
+  if (!absl::StartsWith(*result, kErrorPrefix)) {
+    return absl::InternalError(absl::StrCat("unreadable result in the coordination store: ", *result));
+  }
+  absl::Status error = DecodeStatus(absl::string_view(*result).substr(kErrorPrefix.size()));
+  return absl::Status(error.code(), absl::StrCat("rank 0 could not commit: ", error.message()));
+}
+
+absl::Status RankCommitter::AbandonPart(const std::string& temp_dir, const absl::Status& error) {
+  // After its report, a rank's error is the save's outcome already.
+  if (reported_ == temp_dir) return error;
+  reported_ = temp_dir;
+  Json report = {{"ok", false},
+                 {"code", static_cast<int>(error.code())},
+                 {"error", std::string(error.message())}};
+  (void)options_.store->Set(SaveKey(temp_dir, absl::StrCat("report/", rank())), report.dump());
+  const absl::Status own(error.code(), absl::StrCat("rank ", rank(), " failed: ", error.message()));
+  auto held = options_.store->SetIfAbsent(SaveKey(temp_dir, "decision"),
+                                          absl::StrCat(kAbortPrefix, EncodeStatus(own)));
+  if (!held.ok() || *held == kCommit) return error;
+  const absl::Status decided = DecodeStatus(absl::string_view(*held).substr(kAbortPrefix.size()));
+  if (decided.message() == own.message()) return error;  // this rank's own failure decided it
+  return absl::Status(decided.code(), absl::StrCat(decided.message(), " (rank ", rank(),
+                                                   "'s own part failed too: ", error.message(), ")"));
+}
+
+void RankCommitter::RemoveOwnFiles(const std::string& temp_dir) {
+  if (rank() == 0) {
+    RemoveTreeBestEffort(*fs_, temp_dir);
+    return;
+  }
+  auto names = fs_->ListDir(temp_dir);
+  if (!names.ok()) return;
+  const std::string prefix = RankFilePrefix(rank());
+  for (const std::string& name : *names) {
+    if (absl::StartsWith(name, prefix)) (void)fs_->RemoveFile(JoinPath(temp_dir, name));
+  }
+}
+
+}  // namespace ckpt::internal

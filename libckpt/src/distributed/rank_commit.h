@@ -1,0 +1,109 @@
+// `RankCommitter`: one rank's side of the multi-rank commit protocol, run on
+// the persister thread (see docs/distributed.md for the protocol and its
+// failure behaviour).
+//
+// Keys, under `DistributedOptions::key_prefix` P:
+//   P/nonce                  rank 0's, published once ROOT is clean (Open)
+//   P/current/<r>            the step rank r is persisting now (for messages)
+//   P/<temp>/report/<r>      rank r's part: durable (manifest name, checksum,
+//                            kind, base) or failed (why)
+//   P/<temp>/decision        "commit" (rank 0, once every part checked out)
+//                            or "abort:<code>:<why>" (any rank); set once,
+//                            atomically, so no rank gives up on a save
+//                            another rank goes on to commit
+//   P/<temp>/result          rank 0, after "commit": "ok" or "error:<code>:<why>"
+// where <temp> is the save's temp directory name, which holds the step, the
+// nonce and an attempt count, so every save of every opening has its own keys.
+#ifndef CKPT_DISTRIBUTED_RANK_COMMIT_H_
+#define CKPT_DISTRIBUTED_RANK_COMMIT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "ckpt/distributed.h"
+#include "ckpt/file_system.h"
+#include "ckpt/kinds.h"
+#include "ckpt/options.h"
+
+namespace ckpt::internal {
+
+class RankCommitter {
+ public:
+  // `writer` goes into the global manifest (rank 0).
+  RankCommitter(DistributedOptions options, FileSystem* fs, std::string root, std::string writer);
+
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+  // Set by `Handshake`; part of every temp directory name.
+  const std::string& nonce() const { return nonce_; }
+
+  // At Open (caller's thread). Rank 0, once ROOT is clean, publishes a fresh
+  // nonce and the world size; the others wait for them (up to
+  // `commit_timeout`) and check the world size.
+  absl::Status Handshake();
+
+  // Tells the other ranks which step this rank persists now.
+  void AnnounceStep(int64_t step);
+
+  // This rank's part of a save, durable in the temp directory.
+  struct Part {
+    std::string manifest;  // RankManifestName(rank)
+    uint64_t manifest_xxh3 = 0;
+    CheckpointKind kind = CheckpointKind::kFull;
+    int64_t base_step = -1;
+    DeltaOptions::Mode delta_mode = DeltaOptions::Mode::kNone;
+    uint64_t replicated_fingerprint = 0;
+  };
+  // Returns true once the save was abandoned on this rank (Close(kCancel)).
+  using CancelledFn = std::function<bool()>;
+
+  // Reports `part` of step `step`, then: rank 0 waits for every rank's
+  // report, checks the parts against each other (steps, replicated
+  // declarations, tensors two ranks both saved), writes the checkpoint's
+  // MANIFEST.json into `temp_dir` and commits it as `final_name`; the others
+  // wait for rank 0's decision and its result. OK once the checkpoint is
+  // committed; otherwise why not, naming the rank at fault.
+  absl::Status CommitPart(int64_t step, const std::string& temp_dir,
+                          const std::string& final_name, const Part& part,
+                          const std::string& extras_json, const CancelledFn& cancelled);
+
+  // This rank's part of the save into `temp_dir` failed with `error` (or the
+  // save was given up): reports it, unless `CommitPart` already did, so no
+  // rank waits for this one; rank 0 also decides to abort. Returns the error
+  // the save fails with: another rank's reason, if the save had been aborted
+  // for it already (this rank's own failure then likely follows from it),
+  // else `error`.
+  absl::Status AbandonPart(const std::string& temp_dir, const absl::Status& error);
+
+  // Removes what this rank wrote into `temp_dir` (rank 0: the directory).
+  void RemoveOwnFiles(const std::string& temp_dir);
+
+ private:
+  std::string SaveKey(const std::string& temp_dir, absl::string_view what) const;
+  // Waits for `key` until `deadline`, in slices, so a cancelled save stops
+  // waiting soon.
+  absl::StatusOr<std::string> WaitFor(const std::string& key, absl::Time deadline,
+                                      const CancelledFn& cancelled);
+  // Sets the save's decision to abort for `reason` unless one was taken;
+  // returns the status the save ends with (the decision that stands).
+  absl::Status DecideAbort(const std::string& temp_dir, const absl::Status& reason);
+  absl::Status CommitAsRankZero(int64_t step, const std::string& temp_dir,
+                                const std::string& final_name, const Part& part,
+                                const std::string& extras_json, const CancelledFn& cancelled);
+  absl::Status FollowRankZero(const std::string& temp_dir, const CancelledFn& cancelled);
+
+  const DistributedOptions options_;
+  FileSystem* const fs_;
+  const std::string root_;
+  const std::string writer_;
+  std::string nonce_;
+  // The temp directory whose save this rank reported last (persister thread).
+  std::string reported_;
+};
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_DISTRIBUTED_RANK_COMMIT_H_

@@ -1,0 +1,406 @@
+// Multi-rank checkpoints (ckpt/distributed.h) with ranks as threads of this
+// process sharing an in-process store: every rank writes its part, the
+// checkpoint commits once for all or not at all, each rank reads its part
+// back bit-exact, replicated tensors are written once, and a failing,
+// missing or disagreeing rank fails the save on every rank within the
+// commit timeout (never a hang).
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "ckpt/catalog.h"
+#include "ckpt/distributed.h"
+#include "ckpt/engine.h"
+#include "ckpt/reader.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+#include "testing/fault_injection_file_system.h"
+
+namespace ckpt {
+namespace {
+
+using testing::OwnedTensor;
+using testing::RandomTensor;
+using testing::ScratchDir;
+
+constexpr absl::Duration kDeadline = absl::Seconds(60);
+
+// One rank's state: replicated tensors (identical on every rank), a
+// rank-local one with the same name everywhere, and one only this rank has.
+std::vector<OwnedTensor> RankState(int rank, uint64_t seed) {
+  std::vector<OwnedTensor> state = {
+      RandomTensor("model.embed.weight", DType::kFloat32, {256, 128}, seed + 1),
+      RandomTensor("model.block.0.w", DType::kBFloat16, {128, 128}, seed + 2),
+      RandomTensor("model.block.0.b", DType::kFloat32, {128}, seed + 3),
+      RandomTensor("optim.exp_avg.0", DType::kFloat32, {128, 128}, seed + 4),
+      RandomTensor("rng.state", DType::kUInt8, {816}, seed + 100 + rank),
+      RandomTensor(absl::StrCat("shard.", rank, ".w"), DType::kFloat16, {64, 96}, seed + 200 + rank),
+  };
+  return state;
+}
+
+std::vector<TensorView> Placed(const std::vector<OwnedTensor>& state) {
+  std::vector<TensorView> views = testing::Views(state);
+  for (TensorView& v : views) {
+    if (absl::StartsWith(v.name, "model.") || absl::StartsWith(v.name, "optim.")) {
+      v.placement = TensorPlacement::kReplicated;
+    } else if (v.name == "rng.state") {
+      v.placement = TensorPlacement::kRankLocal;
+    }
+  }
+  return views;
+}
+
+// Changes a few bytes of every tensor, the same way on every rank for the
+// replicated ones (as an optimizer step would).
+void Step(std::vector<OwnedTensor>& state, int rank, uint64_t seed) {
+  for (OwnedTensor& t : state) {
+    const bool replicated = absl::StartsWith(t.name, "model.") || absl::StartsWith(t.name, "optim.");
+    std::mt19937_64 rng(seed * 31 + (replicated ? 0 : rank + 1) + std::hash<std::string>()(t.name));
+    for (int i = 0; i < 25; ++i) t.bytes[rng() % t.bytes.size()] ^= 0x3C;
+  }
+}
+
+class Ranks {
+ public:
+  // Opens `world` engines on `root`, each on its own thread (a rank's Open
+  // waits for rank 0's).
+  Ranks(const std::string& root, int world, EngineOptions base, absl::Duration commit_timeout,
+        std::function<std::shared_ptr<FileSystem>(int)> fs_for_rank = nullptr)
+      : root_(root), store_(NewInProcessStore()) {
+    engines_.resize(world);
+    std::vector<absl::Status> opened(world);
+    Parallel(world, [&](int r) {
+      EngineOptions options = base;
+      options.distributed.rank = r;
+      options.distributed.world_size = world;
+      options.distributed.store = store_;
+      options.distributed.key_prefix = "ckpt/test";
+      options.distributed.commit_timeout = commit_timeout;
+      if (fs_for_rank) options.fs = fs_for_rank(r);
+      auto engine = Engine::Open(root, options);
+      opened[r] = engine.status();
+      if (engine.ok()) engines_[r] = std::move(*engine);
+    });
+    for (int r = 0; r < world; ++r) EXPECT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r];
+  }
+
+  int world() const { return static_cast<int>(engines_.size()); }
+  Engine& engine(int r) { return *engines_[r]; }
+
+  // Every rank in `ranks` saves `steps[r]` of `states[r]` at once; returns
+  // each one's outcome (OK once committed).
+  std::vector<absl::Status> Save(const std::vector<int64_t>& steps,
+                                 const std::vector<std::vector<OwnedTensor>>& states,
+                                 std::vector<int> ranks = {}) {
+    if (ranks.empty()) {
+      for (int r = 0; r < world(); ++r) ranks.push_back(r);
+    }
+    std::vector<absl::Status> outcome(world(), absl::UnknownError("did not save"));
+    Parallel(static_cast<int>(ranks.size()), [&](int i) {
+      const int r = ranks[i];
+      std::vector<TensorView> views = Placed(states[r]);
+      auto handle = engines_[r]->SaveAsync(steps[r], views);
+      if (!handle.ok()) {
+        outcome[r] = handle.status();
+        return;
+      }
+      outcome[r] = testing::WaitOrDie(**handle, kDeadline, absl::StrCat("rank ", r, " step ", steps[r]));
+    });
+    return outcome;
+  }
+
+  void CloseAll() {
+    Parallel(world(), [&](int r) { (void)engines_[r]->Close(); });
+  }
+
+  static void Parallel(int n, const std::function<void(int)>& fn) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) threads.emplace_back(fn, i);
+    for (std::thread& t : threads) t.join();
+  }
+
+ private:
+  std::string root_;
+  std::shared_ptr<CoordinationStore> store_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+};
+
+// Rank `rank`'s part of `step` reads back as exactly `want`.
+void ExpectRankPart(const std::string& root, int64_t step, int rank, int world,
+                    const std::vector<OwnedTensor>& want) {
+  ReaderOptions options;
+  options.step = step;
+  options.rank = rank;
+  auto reader = Reader::Open(root, options);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->world_size(), world);
+  EXPECT_EQ((*reader)->rank(), rank);
+  ASSERT_EQ((*reader)->tensors().size(), want.size());
+  for (const OwnedTensor& t : want) {
+    auto got = (*reader)->Read(t.name);
+    ASSERT_TRUE(got.ok()) << "rank " << rank << " step " << step << ": " << got.status();
+    EXPECT_EQ(got->dtype, t.dtype) << t.name;
+    EXPECT_EQ(got->shape, t.shape) << t.name;
+    ASSERT_EQ(got->bytes.size(), t.bytes.size()) << t.name;
+    EXPECT_TRUE(std::equal(t.bytes.begin(), t.bytes.end(), static_cast<const uint8_t*>(got->bytes.data())))
+        << "rank " << rank << " step " << step << " tensor " << t.name << " differs";
+  }
+  EXPECT_TRUE((*reader)->Verify().ok());
+}
+
+class DistributedEngineTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DistributedEngineTest, FullAndDeltaSavesRestoreEveryRankBitExact) {
+  const int world = GetParam();
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  EngineOptions options = testing::SmallChunks();
+  options.delta.mode = DeltaOptions::Mode::kExact;
+  options.delta.full_every = 3;
+  Ranks ranks(root, world, options, absl::Seconds(20));
+  std::vector<std::vector<OwnedTensor>> states;
+  for (int r = 0; r < world; ++r) states.push_back(RankState(r, 7));
+  std::map<int64_t, std::vector<std::vector<OwnedTensor>>> saved;
+  for (int64_t step = 1; step <= 5; ++step) {
+    for (int r = 0; r < world; ++r) Step(states[r], r, step);
+    std::vector<absl::Status> outcome = ranks.Save(std::vector<int64_t>(world, step), states);
+    for (int r = 0; r < world; ++r) ASSERT_TRUE(outcome[r].ok()) << "rank " << r << ": " << outcome[r];
+    saved[step] = states;
+  }
+  auto summaries = ListCheckpoints(root);
+  ASSERT_TRUE(summaries.ok()) << summaries.status();
+  ASSERT_EQ(summaries->size(), 5u);
+  for (const CheckpointSummary& s : *summaries) {
+    ASSERT_TRUE(s.manifest_status.ok()) << s.manifest_status;
+    EXPECT_EQ(s.world_size, world);
+    const bool full = s.step == 1 || s.step == 4;
+    EXPECT_EQ(s.kind, full ? CheckpointKind::kFull : CheckpointKind::kDelta) << "step " << s.step;
+    if (!full) EXPECT_EQ(s.base_step, s.step - 1);
+  }
+  for (const auto& [step, per_rank] : saved) {
+    for (int r = 0; r < world; ++r) ExpectRankPart(root, step, r, world, per_rank[r]);
+  }
+  // The whole checkpoint: replicated tensors once, every rank's others
+  // under "rank<r>/".
+  ReaderOptions all;
+  auto reader = Reader::Open(root, all);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->step(), 5);
+  EXPECT_EQ((*reader)->rank(), -1);
+  EXPECT_EQ((*reader)->tensors().size(), 4u + 2u * world);
+  EXPECT_NE((*reader)->Find("model.embed.weight"), nullptr);
+  for (int r = 0; r < world; ++r) {
+    const TensorInfo* rng = (*reader)->Find(absl::StrCat("rank", r, "/rng.state"));
+    ASSERT_NE(rng, nullptr) << r;
+    EXPECT_EQ(rng->rank, r);
+    EXPECT_EQ(rng->placement, TensorPlacement::kRankLocal);
+  }
+  EXPECT_TRUE((*reader)->Verify().ok());
+  ranks.CloseAll();
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, DistributedEngineTest, ::testing::Values(2, 4),
+                         [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
+
+TEST(DistributedEngine, ReplicatedTensorsAreWrittenOnceSpreadOverTheRanks) {
+  const int world = 4;
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  Ranks ranks(root, world, testing::SmallChunks(), absl::Seconds(20));
+  std::vector<std::vector<OwnedTensor>> states;
+  for (int r = 0; r < world; ++r) states.push_back(RankState(r, 3));
+  std::vector<absl::Status> outcome = ranks.Save(std::vector<int64_t>(world, 10), states);
+  for (int r = 0; r < world; ++r) ASSERT_TRUE(outcome[r].ok()) << outcome[r];
+  uint64_t replicated = 0, local = 0;
+  for (const OwnedTensor& t : states[0]) {
+    (absl::StartsWith(t.name, "model.") || absl::StartsWith(t.name, "optim.") ? replicated : local) +=
+        t.bytes.size();
+  }
+  auto summary = SummarizeCheckpoint(root, 10);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  // Each replicated byte once, each rank's own bytes once per rank.
+  EXPECT_EQ(summary->tensor_bytes, replicated + world * local);
+  EXPECT_EQ(summary->tensor_count, 4u + 2u * world);
+  uint64_t shard_bytes = 0;
+  std::set<std::string> writers;
+  for (const auto& e : std::filesystem::directory_iterator(root + "/" + StepDirName(10))) {
+    const std::string name = e.path().filename().string();
+    if (absl::EndsWith(name, ".shard")) {
+      shard_bytes += e.file_size();
+      writers.insert(name.substr(0, 10));  // "rank-0000r"
+    }
+  }
+  EXPECT_LT(shard_bytes, replicated + world * local + 16 * 4096 * world);  // alignment padding only
+  EXPECT_GE(writers.size(), 2u) << "replicated tensors should be spread over the ranks";
+  ranks.CloseAll();
+}
+
+TEST(DistributedEngine, ADefaultTensorThatDiffersBetweenRanksFailsTheSaveOnEveryRank) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  Ranks ranks(root, 2, testing::SmallChunks(), absl::Seconds(20));
+  std::vector<std::vector<OwnedTensor>> states = {RankState(0, 1), RankState(1, 1)};
+  ASSERT_TRUE(ranks.Save({1, 1}, states)[0].ok());
+  for (int r = 0; r < 2; ++r) {
+    states[r].push_back(RandomTensor("head.bias", DType::kFloat32, {10}, 50 + r));
+  }
+  std::vector<absl::Status> outcome = ranks.Save({2, 2}, states);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(outcome[r].ok()) << r;
+    EXPECT_TRUE(absl::StrContains(outcome[r].message(), "\"head.bias\"")) << outcome[r];
+    EXPECT_TRUE(absl::StrContains(outcome[r].message(), "differs between rank 0 and rank 1")) << outcome[r];
+  }
+  EXPECT_FALSE(std::filesystem::exists(root + "/" + StepDirName(2)));
+  auto latest = ReadLatestHint(root);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->value_or(-1), 1);
+  // Declared rank-local, the same names commit.
+  for (int r = 0; r < 2; ++r) states[r].back().name = "rng.state2";
+  std::vector<std::vector<OwnedTensor>> again = states;
+  outcome = ranks.Save({3, 3}, again);
+  // (rng.state2 is default placement here: still different, still refused.)
+  EXPECT_FALSE(outcome[0].ok());
+  for (int r = 0; r < 2; ++r) states[r].pop_back();
+  outcome = ranks.Save({3, 3}, states);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(outcome[r].ok()) << outcome[r];
+  ranks.CloseAll();
+}
+
+TEST(DistributedEngine, ARankWhoseWritesFailAbortsTheSaveOnEveryRankAndTheNextSaveCommits) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  auto faulty = std::make_shared<testing::FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = testing::SmallChunks();
+  options.delta.mode = DeltaOptions::Mode::kExact;
+  Ranks ranks(root, 3, options, absl::Seconds(20),
+              [&](int r) -> std::shared_ptr<FileSystem> { return r == 1 ? faulty : nullptr; });
+  std::vector<std::vector<OwnedTensor>> states = {RankState(0, 5), RankState(1, 5), RankState(2, 5)};
+  std::vector<absl::Status> outcome = ranks.Save({1, 1, 1}, states);
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(outcome[r].ok()) << outcome[r];
+  for (int r = 0; r < 3; ++r) Step(states[r], r, 2);
+  faulty->FailAt(faulty->call_count() + 6, testing::Fault::kEio);
+  outcome = ranks.Save({2, 2, 2}, states);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_FALSE(outcome[r].ok()) << "rank " << r;
+    EXPECT_TRUE(absl::StrContains(outcome[r].message(), "EIO") ||
+                absl::StrContains(outcome[r].message(), "rank 1 failed"))
+        << "rank " << r << ": " << outcome[r];
+  }
+  EXPECT_TRUE(absl::StrContains(outcome[0].message(), "rank 1 failed")) << outcome[0];
+  EXPECT_TRUE(absl::StrContains(outcome[2].message(), "rank 1 failed")) << outcome[2];
+  EXPECT_FALSE(std::filesystem::exists(root + "/" + StepDirName(2)));
+  ExpectRankPart(root, 1, 2, 3, [&] {
+    std::vector<OwnedTensor> s = RankState(2, 5);
+    std::vector<OwnedTensor> want;
+    for (OwnedTensor& t : s) want.push_back(t);
+    return want;
+  }());
+  // The engines go on: the next save (full, after the failure) commits.
+  faulty->ClearFaults();
+  for (int r = 0; r < 3; ++r) Step(states[r], r, 3);
+  outcome = ranks.Save({3, 3, 3}, states);
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(outcome[r].ok()) << outcome[r];
+  auto summary = SummarizeCheckpoint(root, 3);
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->kind, CheckpointKind::kFull);
+  for (int r = 0; r < 3; ++r) ExpectRankPart(root, 3, r, 3, states[r]);
+  ranks.CloseAll();
+}
+
+TEST(DistributedEngine, ARankThatDoesNotSaveFailsTheSaveWithinTheTimeoutNamingIt) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  Ranks ranks(root, 2, testing::SmallChunks(), absl::Seconds(1));
+  std::vector<std::vector<OwnedTensor>> states = {RankState(0, 9), RankState(1, 9)};
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> outcome = ranks.Save({5, 5}, states, /*ranks=*/{0});
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(outcome[0])) << outcome[0];
+  EXPECT_TRUE(absl::StrContains(outcome[0].message(), "rank 1 did not report")) << outcome[0];
+  EXPECT_FALSE(std::filesystem::exists(root + "/" + StepDirName(5)));
+  // Both save the next step: it commits.
+  outcome = ranks.Save({6, 6}, states);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(outcome[r].ok()) << outcome[r];
+  ranks.CloseAll();
+}
+
+TEST(DistributedEngine, RanksSavingDifferentStepsFailOnEveryRank) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  Ranks ranks(root, 2, testing::SmallChunks(), absl::Seconds(1));
+  std::vector<std::vector<OwnedTensor>> states = {RankState(0, 2), RankState(1, 2)};
+  std::vector<absl::Status> outcome = ranks.Save({7, 8}, states);
+  EXPECT_FALSE(outcome[0].ok());
+  EXPECT_FALSE(outcome[1].ok());
+  EXPECT_TRUE(absl::StrContains(outcome[0].message(), "rank 1 (saving step 8) did not report")) << outcome[0];
+  EXPECT_TRUE(absl::StrContains(outcome[1].message(), "no decision from rank 0")) << outcome[1];
+  EXPECT_FALSE(std::filesystem::exists(root + "/" + StepDirName(7)));
+  EXPECT_FALSE(std::filesystem::exists(root + "/" + StepDirName(8)));
+  ranks.CloseAll();
+}
+
+TEST(DistributedEngine, OpenChecksTheOptionsAndWaitsForRankZeroWithADeadline) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  EngineOptions options;
+  options.distributed.world_size = 2;
+  options.distributed.rank = 2;
+  options.distributed.store = NewInProcessStore();
+  EXPECT_TRUE(absl::IsInvalidArgument(Engine::Open(root, options).status()));
+  options.distributed.rank = 1;
+  options.distributed.store = nullptr;
+  EXPECT_TRUE(absl::IsInvalidArgument(Engine::Open(root, options).status()));
+  options.distributed.store = NewInProcessStore();
+  options.when_busy = EngineOptions::BusyPolicy::kSkip;
+  EXPECT_TRUE(absl::IsInvalidArgument(Engine::Open(root, options).status()));
+  options.when_busy = EngineOptions::BusyPolicy::kWait;
+  options.distributed.commit_timeout = absl::Milliseconds(300);
+  auto alone = Engine::Open(root, options);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(alone.status())) << alone.status();
+  EXPECT_TRUE(absl::StrContains(alone.status().message(), "rank 0 did not open")) << alone.status();
+  // A world size that differs from rank 0's.
+  options.distributed.rank = 0;
+  auto zero = Engine::Open(root, options);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EngineOptions other = options;
+  other.distributed.rank = 1;
+  other.distributed.world_size = 3;
+  EXPECT_TRUE(absl::IsInvalidArgument(Engine::Open(root, other).status()));
+  // The same prefix again: refused, it would mix two engines' keys.
+  (void)(*zero)->Close();
+  zero->reset();
+  auto again = Engine::Open(root, options);
+  EXPECT_TRUE(absl::IsFailedPrecondition(again.status())) << again.status();
+}
+
+TEST(DistributedEngine, CancelWhileWaitingForAnotherRankReturnsPromptly) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  Ranks ranks(root, 2, testing::SmallChunks(), absl::Seconds(60));
+  std::vector<OwnedTensor> state = RankState(0, 4);
+  std::vector<TensorView> views = Placed(state);
+  auto handle = ranks.engine(0).SaveAsync(3, views);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time start = absl::Now();
+  testing::RunOrDie([&] { (void)ranks.engine(0).Close(Engine::CloseMode::kCancel); }, absl::Seconds(20),
+                    "Close(kCancel) while rank 0 waits for rank 1");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  absl::Status s = testing::WaitOrDie(**handle, kDeadline, "cancelled save");
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(std::filesystem::exists(root + "/" + StepDirName(3)));
+}
+
+}  // namespace
+}  // namespace ckpt
