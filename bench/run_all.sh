@@ -14,7 +14,7 @@
 # lines), and append NAME to BENCHES.
 set -euo pipefail
 
-BENCHES=(io async_save delta torch_api real_state background_priority peers)
+BENCHES=(io async_save delta torch_api real_state background_priority peers distributed)
 
 # bench_io DATA_DIR: durable write and cold restore per I/O backend vs fio.
 bench_io() {
@@ -97,6 +97,17 @@ bench_peers() {
     "$PYTHON" "$ROOT/bench/peers_bench.py" "${args[@]}" | tee "$1/peers.jsonl"
   /usr/bin/python3 "$ROOT/bench/plot_peers.py" "$1/peers.jsonl" \
     "${CKPT_BENCH_OUT:-$BUILD_DIR/bench-results}" >&2 || log "plot skipped"
+}
+
+# bench_distributed DATA_DIR: 2 ranks (gloo, one process each) writing a 1 GiB
+# state together (quick 256 MiB) vs one rank writing the same bytes: aggregate
+# durable throughput ratio, commit latency, blocked time per rank.
+bench_distributed() {
+  local args=(--dir="$1/distributed")
+  ((QUICK)) && args+=(--quick)
+  ((KEEP)) && args+=(--keep)
+  PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
+    "$PYTHON" "$ROOT/bench/distributed_bench.py" "${args[@]}"
 }
 
 # ---------------------------------------------------------------------------

@@ -156,7 +156,7 @@ def snapshot(state):
 
 def _bits(t):
     t = t.detach().contiguous().cpu()
-    return t.view(torch.uint8) if t.numel() and t.dtype != torch.bool else t
+    return t.reshape(-1).view(torch.uint8) if t.numel() and t.dtype != torch.bool else t
 
 
 def differences(loaded, snap, tolerances=None):
@@ -319,6 +319,7 @@ def failures(ctx):
     out = {}
     limit = ctx.commit_timeout + 60
     w = torch.full((4096,), float(ctx.rank))
+    os.makedirs(ctx.root, exist_ok=True)
 
     with ckpt.Checkpointer(os.path.join(ctx.root, "raises"), commit_timeout_s=ctx.commit_timeout,
                            rank_local=True) as cp:

@@ -155,13 +155,13 @@ void SaveHandleHolder::ReleaseInputs() {
 void SaveHandleHolder::WaitStaged() {
   absl::Status status = handle_->WaitStaged();
   ReleaseInputs();  // staged or failed: the library no longer reads them
-  ThrowIfError(status, "ckpt: ");  // the library's message names the step
+  ThrowIfSaveFailed(status, "ckpt: ");  // the library's message names the step
 }
 
 void SaveHandleHolder::Wait() {
   absl::Status status = handle_->Wait();
   ReleaseInputs();
-  ThrowIfError(status, "ckpt: ");
+  ThrowIfSaveFailed(status, "ckpt: ");
 }
 
 bool SaveHandleHolder::Done() {

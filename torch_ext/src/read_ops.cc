@@ -36,14 +36,6 @@ std::string OfRank(std::optional<int> rank) {
   return rank.has_value() ? absl::StrCat(" (rank ", *rank, "'s part)") : std::string();
 }
 
-const char* PlacementName(TensorPlacement p) {
-  switch (p) {
-    case TensorPlacement::kReplicated: return "replicated";
-    case TensorPlacement::kRankLocal: return "rank_local";
-    default: return "default";
-  }
-}
-
 std::unique_ptr<Reader> OpenOrThrow(const std::string& root, std::optional<int64_t> step,
                                     std::optional<int> rank) {
   ReaderOptions options;
@@ -161,7 +153,7 @@ std::string DescribeStep(const std::string& root, std::optional<int64_t> step,
   nlohmann::json tensors = nlohmann::json::array();
   for (const TensorInfo& t : reader->tensors()) {
     nlohmann::json j = nlohmann::json::parse(TensorInfoJson(t));
-    if (!j.contains("placement")) j["placement"] = PlacementName(t.placement);
+    if (!j.contains("placement")) j["placement"] = std::string(TensorPlacementName(t.placement));
     if (!j.contains("rank")) j["rank"] = t.rank;
     tensors.push_back(std::move(j));
   }

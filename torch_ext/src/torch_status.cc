@@ -23,12 +23,27 @@ LastError& ThreadLastError() {
 
 }  // namespace
 
-void ThrowIfError(const absl::Status& status, absl::string_view context) {
-  if (status.ok()) return;
+namespace {
+
+std::string Record(const absl::Status& status, absl::string_view context) {
   const std::string message = absl::StrCat(context, status.ToString());
   LastError& last = ThreadLastError();
   last.code = absl::StatusCodeToString(status.code());
   last.message = message;
+  return message;
+}
+
+}  // namespace
+
+void ThrowIfSaveFailed(const absl::Status& status, absl::string_view context) {
+  if (status.ok()) return;
+  const std::string message = Record(status, context);
+  TORCH_CHECK(false, message);
+}
+
+void ThrowIfError(const absl::Status& status, absl::string_view context) {
+  if (status.ok()) return;
+  const std::string message = Record(status, context);
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
       TORCH_CHECK_VALUE(false, message);

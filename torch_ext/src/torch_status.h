@@ -22,6 +22,13 @@ namespace ckpt::torch_ext {
 // context may hold anything, e.g. a root named "/data/RUN_A").
 void ThrowIfError(const absl::Status& status, absl::string_view context = "");
 
+// `ThrowIfSaveFailed` is `ThrowIfError` for the outcome of a save in flight
+// (SaveHandle::Wait / WaitStaged): a failure there is the save's, found in
+// the background, so it is always a RuntimeError (ckpt.CheckpointError, its
+// code recorded as usual), kInvalidArgument included — e.g. a tensor that
+// two ranks of a multi-rank save hold with different bytes.
+void ThrowIfSaveFailed(const absl::Status& status, absl::string_view context);
+
 // `TakeLastError` returns {code name, message} of the last error
 // `ThrowIfError` threw on the calling thread (e.g. {"NOT_FOUND", "ckpt: load
 // from /r: NOT_FOUND: ..."}), and clears the slot: {"", ""} if it threw none
