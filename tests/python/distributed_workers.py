@@ -384,13 +384,18 @@ def restarted(ctx):
 
 def load_fallback(ctx):
     """Loads with the group after the test damaged one rank's part of the
-    newest step: every rank must get the same, older, step."""
+    newest step: every rank must get the same, older, step; asked for the
+    damaged step, or loading from an empty root, every rank raises alike."""
     step, _ = ckpt.load(ctx.root, process_group=ctx.group, with_step=True)
     into = {"model": {"w": torch.empty(1 << 20)}, "step": 0}
     step_into, _ = ckpt.load(ctx.root, into=into, process_group=ctx.group, with_step=True)
-    missing = None
+    missing = damaged = None
     try:
         ckpt.load(ctx.empty_root, process_group=ctx.group)
     except ckpt.CheckpointError as e:
         missing = _error(e)
-    return {"step": step, "step_into": step_into, "missing": missing}
+    try:
+        ckpt.load(ctx.root, step=2, process_group=ctx.group)
+    except ckpt.CheckpointError as e:
+        damaged = _error(e)
+    return {"step": step, "step_into": step_into, "missing": missing, "damaged": damaged}

@@ -350,3 +350,6 @@ def test_load_with_group_agrees_on_the_step(root, workdir, tmp_path):
     assert v0["step"] == v1["step"] == 1 and v0["step_into"] == v1["step_into"] == 1, (v0, v1)
     assert v0["missing"] is not None and v0["missing"] == v1["missing"], (v0, v1)
     assert v0["missing"]["type"] == "CheckpointNotFoundError", v0
+    assert v0["damaged"] is not None and v0["damaged"] == v1["damaged"], (v0, v1)
+    assert v0["damaged"]["type"] == "CorruptCheckpointError", v0
+    assert _mentions_rank(v0["damaged"]["message"], 1), v0

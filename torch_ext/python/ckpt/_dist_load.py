@@ -38,17 +38,17 @@ def _failure(error):
             else str(error))
 
 
-def _raise_failed(root, gathered, world):
-    """Raises, on every rank alike, the error for the ranks whose outcome failed."""
+def _raise_failed(root, gathered, world, own=None):
+    """Raises, on every rank alike, the error for the ranks whose outcome
+    failed (chained to this rank's own exception `own`, if it had one)."""
     failed = [(r, o) for r, o in enumerate(gathered) if o[0] != "ok"]
     if not failed:
         return
     _, (_, kind, code, _) = failed[0]
     message = (f"ckpt: load from {root} on a group of {world} ranks: "
                + "; ".join(f"rank {r}: {o[3]}" for r, o in failed))
-    if kind in _KINDS:
-        raise _KINDS[kind](message)
-    raise error_for(code or None, message)
+    error = _KINDS[kind](message) if kind in _KINDS else error_for(code or None, message)
+    raise error from own
 
 
 def _check_world(root, step, world):
@@ -95,7 +95,7 @@ def load_with_group(root, step, into, strict, group):
     rank, world = group.rank(), group.size()
     if step is not None and int(step) >= 0:
         step = int(step)
-        state = outcome = None
+        state = own = None
         try:
             if into is None:
                 state = _try(root, step, rank, world, read=True)
@@ -104,8 +104,8 @@ def load_with_group(root, step, into, strict, group):
                 state = loading._load_into(root, step, into, strict, rank)[1]
             outcome = ("ok", step)
         except Exception as e:  # noqa: BLE001 -- every rank raises it, below
-            outcome = _failure(e)
-        _raise_failed(root, _gather(group, outcome), world)
+            outcome, own = _failure(e), e
+        _raise_failed(root, _gather(group, outcome), world, own)
         return step, state
 
     bound, kept = None, None  # kept: (step, state) this rank read
@@ -115,22 +115,22 @@ def load_with_group(root, step, into, strict, group):
                 proposal = kept
             else:
                 proposal = _newest(root, bound, rank, world, read=into is None)
-            outcome = ("ok", proposal[0])
+            outcome, own = ("ok", proposal[0]), None
         except Exception as e:  # noqa: BLE001 -- every rank raises it, below
-            proposal, outcome = None, _failure(e)
+            proposal, outcome, own = None, _failure(e), e
         gathered = _gather(group, outcome)
-        _raise_failed(root, gathered, world)
+        _raise_failed(root, gathered, world, own)
         steps = [o[1] for o in gathered]
         kept, bound = proposal, min(steps)
         if all(s == bound for s in steps):
             break
     if into is None:
         return kept
-    state = None
+    state = own = None
     try:
         state = loading._load_into(root, bound, into, strict, rank)[1]
         outcome = ("ok", bound)
     except Exception as e:  # noqa: BLE001 -- every rank raises it, below
-        outcome = _failure(e)
-    _raise_failed(root, _gather(group, outcome), world)
+        outcome, own = _failure(e), e
+    _raise_failed(root, _gather(group, outcome), world, own)
     return bound, state

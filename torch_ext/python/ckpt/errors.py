@@ -40,7 +40,8 @@ class CorruptCheckpointError(CheckpointError):
 
 
 class CheckpointStalledError(CheckpointError, TimeoutError):
-    """A save made no progress for the engine's stall_timeout and was given up
+    """A save made no progress for the engine's stall_timeout and was given up,
+    or (multi-rank) a rank did not report within commit_timeout_s
     (DEADLINE_EXCEEDED); nothing of it was committed."""
 
     code = "DEADLINE_EXCEEDED"
