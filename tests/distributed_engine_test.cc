@@ -403,6 +403,53 @@ TEST(DistributedEngine, CancelWhileWaitingForAnotherRankReturnsPromptly) {
   EXPECT_FALSE(std::filesystem::exists(root + "/" + StepDirName(3)));
 }
 
+// A crash (power loss) of rank 0's machine at any of its calls during a
+// multi-rank save leaves that step either whole for every rank or absent,
+// and the step before it whole; the other rank's save never hangs.
+TEST(DistributedEngine, ACrashOfRankZeroAtEveryCallLeavesTheStepWholeOrAbsent) {
+  ScratchDir dir;
+  std::vector<std::vector<OwnedTensor>> first = {RankState(0, 21), RankState(1, 21)};
+  std::vector<std::vector<OwnedTensor>> second = first;
+  for (int r = 0; r < 2; ++r) Step(second[r], r, 2);
+  EngineOptions options = testing::SmallChunks();
+  options.delta.mode = DeltaOptions::Mode::kExact;
+  uint64_t total = 0;
+  int committed = 0, absent = 0;
+  for (uint64_t n = 0; n == 0 || n <= total; ++n) {
+    const std::string root = dir.Join(absl::StrCat("run", n));
+    auto fs = std::make_shared<testing::FaultInjectionFileSystem>(PosixFileSystem());
+    {
+      Ranks ranks(root, 2, options, absl::Seconds(5),
+                  [&](int r) -> std::shared_ptr<FileSystem> { return r == 0 ? fs : nullptr; });
+      ASSERT_TRUE(ranks.Save({1, 1}, first)[0].ok());
+      const uint64_t before = fs->call_count();
+      if (n > 0) fs->FailAt(before + n, testing::Fault::kCrash);
+      std::vector<absl::Status> outcome = ranks.Save({2, 2}, second);
+      if (n == 0) {
+        ASSERT_TRUE(outcome[0].ok() && outcome[1].ok()) << outcome[0] << " / " << outcome[1];
+        total = fs->call_count() - before;
+        ASSERT_GT(total, 20u);
+      }
+      ranks.CloseAll();
+    }
+    ASSERT_TRUE(fs->DropUnsyncedData().ok()) << "at call " << n;
+    for (int r = 0; r < 2; ++r) ExpectRankPart(root, 1, r, 2, first[r]);
+    if (std::filesystem::exists(root + "/" + StepDirName(2))) {
+      ++committed;
+      for (int r = 0; r < 2; ++r) ExpectRankPart(root, 2, r, 2, second[r]);
+    } else {
+      ++absent;
+    }
+    if (HasFailure()) {
+      ADD_FAILURE() << "crash at call " << n << " of " << total << ": " << fs->first_injected_call();
+      return;
+    }
+    testing::RemoveTree(root);
+  }
+  EXPECT_GT(committed, 0);
+  EXPECT_GT(absent, 0);
+}
+
 TEST(DistributedEngine, RetentionTreatsAMultiRankCheckpointAsOneUnitAndNeverBreaksItsChain) {
   ScratchDir dir;
   const std::string root = dir.Join("root");
