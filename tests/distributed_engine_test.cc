@@ -7,6 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <set>
 #include <functional>
 #include <map>
 #include <memory>
@@ -401,6 +405,78 @@ TEST(DistributedEngine, CancelWhileWaitingForAnotherRankReturnsPromptly) {
   absl::Status s = testing::WaitOrDie(**handle, kDeadline, "cancelled save");
   EXPECT_FALSE(s.ok());
   EXPECT_FALSE(std::filesystem::exists(root + "/" + StepDirName(3)));
+}
+
+// Damage to any part of a multi-rank checkpoint is kDataLoss naming it, and
+// a reader of the newest checkpoint falls back to the step before.
+TEST(DistributedEngine, ADamagedPartIsDataLossAndTheNewestReaderFallsBack) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  std::vector<std::vector<OwnedTensor>> states = {RankState(0, 31), RankState(1, 31)};
+  {
+    Ranks ranks(root, 2, testing::SmallChunks(), absl::Seconds(20));
+    for (int64_t step = 1; step <= 2; ++step) {
+      std::vector<absl::Status> outcome = ranks.Save({step, step}, states);
+      ASSERT_TRUE(outcome[0].ok() && outcome[1].ok()) << outcome[0] << " / " << outcome[1];
+    }
+    ranks.CloseAll();
+  }
+  const std::string step2 = root + "/" + StepDirName(2);
+  auto open_step = [&](std::optional<int64_t> step, std::optional<int> rank) {
+    ReaderOptions options;
+    options.step = step;
+    options.rank = rank;
+    return Reader::Open(root, options);
+  };
+  auto read_file = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto write_file = [](const std::string& path, const std::string& contents) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
+  };
+  const std::string global = read_file(step2 + "/MANIFEST.json");
+  const std::string part1 = read_file(step2 + "/rank-00001.MANIFEST.json");
+  // An edited step manifest.
+  std::string edited = global;
+  edited[edited.find("\"world_size\": 2") + 14] = '3';
+  write_file(step2 + "/MANIFEST.json", edited);
+  auto r = open_step(2, std::nullopt);
+  EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+  write_file(step2 + "/MANIFEST.json", global);
+  // A rank's manifest missing: every view of the step is refused, naming it.
+  std::filesystem::remove(step2 + "/rank-00001.MANIFEST.json");
+  for (std::optional<int> rank : {std::optional<int>(), std::optional<int>(0), std::optional<int>(1)}) {
+    r = open_step(2, rank);
+    EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "rank-00001.MANIFEST.json")) << r.status();
+  }
+  // The newest reader skips step 2 and opens step 1.
+  r = open_step(std::nullopt, 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)->step(), 1);
+  // Another valid manifest in its place: not the one the list names.
+  write_file(step2 + "/rank-00001.MANIFEST.json", read_file(root + "/" + StepDirName(1) + "/rank-00001.MANIFEST.json"));
+  r = open_step(2, 1);
+  EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+  write_file(step2 + "/rank-00001.MANIFEST.json", part1);
+  // A flipped byte in a rank's shard: verify names the shard.
+  for (const auto& e : std::filesystem::directory_iterator(step2)) {
+    const std::string name = e.path().filename().string();
+    if (!absl::StartsWith(name, "rank-00001.") || !absl::EndsWith(name, ".shard")) continue;
+    std::string bytes = read_file(e.path().string());
+    bytes[0] ^= 1;
+    write_file(e.path().string(), bytes);
+    break;
+  }
+  r = open_step(2, std::nullopt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::Status verified = (*r)->Verify();
+  EXPECT_TRUE(absl::IsDataLoss(verified)) << verified;
+  EXPECT_TRUE(absl::StrContains(verified.message(), "rank-00001.")) << verified;
+  // A rank that does not exist.
+  r = open_step(2, 2);
+  EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
 }
 
 // A crash (power loss) of rank 0's machine at any of its calls during a
