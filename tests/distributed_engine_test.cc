@@ -62,6 +62,13 @@ TEST_P(DistributedEngineTest, FullAndDeltaSavesRestoreEveryRankBitExact) {
     for (int r = 0; r < world; ++r) ASSERT_TRUE(outcome[r].ok()) << "rank " << r << ": " << outcome[r];
     saved[step] = states;
   }
+  for (int r = 0; r < world; ++r) {
+    const SaveStats last = ranks.engine(r).stats().last;
+    EXPECT_EQ(last.rank, r);
+    EXPECT_EQ(last.world_size, world);
+    EXPECT_GT(last.commit_latency_s, 0) << r;
+    EXPECT_GE(last.ranks_wait_s, 0) << r;
+  }
   auto summaries = ListCheckpoints(root);
   ASSERT_TRUE(summaries.ok()) << summaries.status();
   ASSERT_EQ(summaries->size(), 5u);
