@@ -103,7 +103,9 @@ void RetentionPlan::ResolveChains() {
     // Compacting writes the raw tensors and frees the bases and the delta.
     const uint64_t writes = s->tensor_bytes;
     const uint64_t frees = base_bytes + s->file_bytes;
-    if (policy_.compact && intact && frees > writes) {
+    // (A multi-rank checkpoint is not compacted: ckpt/compact.h.)
+    const bool compactable = policy_.compact && s->world_size == 1;
+    if (compactable && intact && frees > writes) {
       steps_[step] = PlannedStep{
           Kind::kCompact,
           absl::StrCat(keep_[step], "; rewritten as a full checkpoint (", writes,
@@ -115,6 +117,8 @@ void RetentionPlan::ResolveChains() {
     std::string why = absl::StrCat("base of kept delta ", step);
     if (!intact) {
       absl::StrAppend(&why, " (its chain is damaged: not compacted)");
+    } else if (policy_.compact && !compactable) {
+      absl::StrAppend(&why, " (a multi-rank checkpoint: not compacted)");
     } else if (policy_.compact) {
       absl::StrAppend(&why, " (compacting it would write ", writes, " bytes to free ", frees, ")");
     }
@@ -126,7 +130,7 @@ PlannedStep RetentionPlan::Leave(int64_t step, const std::function<bool(int64_t)
   if (policy_.cold_dir.empty()) return PlannedStep{Kind::kDelete, "no rule keeps it", {}};
   const CheckpointSummary* s = Find(step);
   if (IsDelta(s) && Intact(Find(s->base_step)) && stays_hot(s->base_step)) {
-    if (policy_.compact) {
+    if (policy_.compact && s->world_size == 1) {
       return PlannedStep{Kind::kCompactMove,
                          absl::StrCat("no rule keeps it; its base ", s->base_step,
                                       " stays in ROOT, so it goes to the cold dir as a full checkpoint"),
@@ -135,7 +139,10 @@ PlannedStep RetentionPlan::Leave(int64_t step, const std::function<bool(int64_t)
     return PlannedStep{Kind::kKeep,
                        absl::StrCat("its base ", s->base_step,
                                     " stays in ROOT: moved alone it would not restore from the "
-                                    "cold dir (compaction is off)"),
+                                    "cold dir (",
+                                    s->world_size > 1 ? "a multi-rank checkpoint is not compacted"
+                                                      : "compaction is off",
+                                    ")"),
                        {}};
   }
   return PlannedStep{Kind::kMove, "no rule keeps it", {}};

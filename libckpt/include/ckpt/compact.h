@@ -80,7 +80,7 @@ struct CompactStats {
 // directory). Either way step S restores to the same values.
 //
 // Errors: kNotFound (no step S), kFailedPrecondition (step S is already
-// full), kAlreadyExists (`target_root` holds step S), kAborted (step S
+// full, or a multi-rank checkpoint: those are not compacted), kAlreadyExists (`target_root` holds step S), kAborted (step S
 // changed meanwhile), kDataLoss (the chain is damaged), and I/O errors naming
 // the path. Memory: one buffer of the largest tensor, plus the reader's.
 //

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -134,7 +135,14 @@ absl::StatusOr<CompactStats> Compact(FileSystem& fs, std::shared_ptr<FileSystem>
     if (absl::IsNotFound(stat.status())) return absl::NotFoundError(absl::StrCat("no checkpoint for step ", step));
     return stat.status();
   }
-  CKPT_ASSIGN_OR_RETURN(Manifest delta, LoadManifest(fs, dir, step));
+  auto loaded = LoadManifest(fs, dir, step);
+  if (absl::IsUnimplemented(loaded.status()) &&
+      absl::StrContains(loaded.status().message(), "multi-rank")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step, " is a multi-rank checkpoint: compacting those is not supported (",
+        loaded.status().message(), ")"));
+  }
+  CKPT_ASSIGN_OR_RETURN(Manifest delta, std::move(loaded));
   if (delta.kind != CheckpointKind::kDelta) {
     return absl::FailedPreconditionError(absl::StrCat("step ", step, " is already a full checkpoint"));
   }
