@@ -11,10 +11,11 @@ the training loop would have anyway). Per steady save:
 
   aggregate durable throughput = bytes / (last rank's commit - first rank's start)
   single-rank throughput       = bytes / (its commit - its start)
-  commit latency               = rank 0's commit (its Wait returning) - the
-                                 moment the last rank's part was durable (the
-                                 newest mtime of the rank manifests, which each
-                                 rank writes once its shards are fsynced)
+  commit latency               = rank 0's `commit_latency_s` (the engine's:
+                                 last part durable -> committed); cross-checked
+                                 from outside as rank 0's Wait returning minus
+                                 the newest mtime of the rank manifests (each
+                                 rank writes its own once its shards are fsynced)
   blocked                      = how long save_async held each rank
 
 One JSON line (medians of the steady saves; the cold save apart):
@@ -82,7 +83,9 @@ def _rank_main(rank, world, port, root, nbytes, saves, out_path):
             done = time.time()
             rec = {"step": step, "start": start, "done": done, "blocked_s": blocked,
                    "seconds": stats["seconds"], "persist_s": stats["persist_s"],
-                   "file_bytes": stats["file_bytes"], "backend": stats.get("backend")}
+                   "file_bytes": stats["file_bytes"], "backend": stats.get("backend"),
+                   "commit_latency_s": stats.get("commit_latency_s"),
+                   "ranks_wait_s": stats.get("ranks_wait_s")}
             barrier()  # every rank is done: the rank manifests are final
             if rank == 0:
                 manifests = glob.glob(os.path.join(stats["dir"], "rank-*.MANIFEST.json"))
@@ -155,13 +158,17 @@ def main():
         return records[1:]
 
     single_gbps = [args.bytes / (r["done"] - r["start"]) / 1e9 for r in steady(single)]
-    aggregate_gbps, latency = [], []
+    aggregate_gbps, latency, outside = [], [], []
     for i in range(1, len(ranks[0])):
         saves = [rank[i] for rank in ranks]
         span = max(s["done"] for s in saves) - min(s["start"] for s in saves)
         aggregate_gbps.append(args.bytes / span / 1e9)
+        if ranks[0][i].get("commit_latency_s") is not None:
+            latency.append(ranks[0][i]["commit_latency_s"])
         if "last_part_durable" in ranks[0][i]:
-            latency.append(max(0.0, ranks[0][i]["done"] - ranks[0][i]["last_part_durable"]))
+            outside.append(max(0.0, ranks[0][i]["done"] - ranks[0][i]["last_part_durable"]))
+    if not latency:  # an engine without the figure
+        latency = outside
     cold = [rank[0] for rank in ranks]
     med = statistics.median
     result = {
@@ -174,6 +181,9 @@ def main():
         "aggregate_over_single_rank": round(med(aggregate_gbps) / med(single_gbps), 3),
         "commit_latency_s": round(med(latency), 4) if latency else None,
         "commit_latency_max_s": round(max(latency), 4) if latency else None,
+        "commit_latency_outside_s": round(med(outside), 4) if outside else None,
+        "ranks_wait_s_per_rank": [round(med(r["ranks_wait_s"] or 0 for r in steady(rank)), 4)
+                                  for rank in ranks],
         "blocked_s_per_rank": [round(med(r["blocked_s"] for r in steady(rank)), 4) for rank in ranks],
         "single_rank_blocked_s": round(med(r["blocked_s"] for r in steady(single)), 4),
         "persist_s_per_rank": [round(med(r["persist_s"] for r in steady(rank)), 3) for rank in ranks],
@@ -182,7 +192,6 @@ def main():
         "cold_single_rank_gbps": round(args.bytes / (single[0]["done"] - single[0]["start"]) / 1e9, 3),
         "cold_blocked_s_per_rank": [round(c["blocked_s"], 4) for c in cold],
         "backend": ranks[0][0]["backend"],
-        "commit_latency_from": "rank 0's Wait minus the newest rank-manifest mtime",
     }
     print(json.dumps(result), flush=True)
 

@@ -238,7 +238,8 @@ def ddp_training(ctx):
                      "data": {"pos": torch.tensor([step * 16 + ctx.rank])}, "step": step,
                      "rank": ctx.rank}
             snaps[step] = snapshot(state)
-            kinds[step] = cp.save(step, state)["kind"]
+            stats = cp.save(step, state)
+            kinds[step] = stats["kind"]
     errors = []
     for step in snaps:
         got = ckpt.load(ctx.root, step=step, process_group=ctx.group)
@@ -253,7 +254,9 @@ def ddp_training(ctx):
     ckpt.load(ctx.root, into=into, process_group=ctx.group)
     errors += [f"into: {d}" for d in differences(into, snaps[ctx.steps])]
     _save_snapshots(ctx, "ddp", snaps)
-    return {"errors": errors, "kinds": kinds, "newest": newest}
+    return {"errors": errors, "kinds": kinds, "newest": newest,
+            "stats": {k: stats.get(k) for k in ("rank", "world_size", "ranks_wait_s",
+                                                "commit_latency_s", "tensor_bytes")}}
 
 
 def fsdp_shards(ctx):

@@ -197,6 +197,9 @@ def test_ddp_two_ranks_full_and_exact_deltas(root, workdir, ckpt_restore):
         assert v["newest"] == steps
         kinds = [v["kinds"][str(s)] for s in range(1, steps + 1)]
         assert kinds == ["full", "delta", "delta", "full", "delta", "delta"], kinds
+        stats = v["stats"]
+        assert (stats["rank"], stats["world_size"]) == (rank, 2), stats
+        assert stats["ranks_wait_s"] is not None and stats["commit_latency_s"] is not None, stats
     assert ckpt.list_steps(root) == list(range(1, steps + 1))
 
     # Replicated tensors are stored once, spread over the ranks; the
