@@ -12,21 +12,10 @@ it can read (without `into`: it reads it, and keeps what it read) or verify
 (with `into`: it loads only the agreed step); the bound becomes the smallest
 proposal, until every rank proposes the same step.
 """
-import warnings
-
-import torch
-
 from . import loading
-from .errors import CheckpointError, error_for, translate
+from .errors import CheckpointError, error_for
 
 _KINDS = {"ValueError": ValueError, "TypeError": TypeError}
-
-
-def _gather(group, outcome):
-    import torch.distributed as dist
-    out = [None] * group.size()
-    dist.all_gather_object(out, outcome, group=group)
-    return out
 
 
 def _failure(error):
@@ -38,17 +27,30 @@ def _failure(error):
             else str(error))
 
 
-def _raise_failed(root, gathered, world, own=None):
-    """Raises, on every rank alike, the error for the ranks whose outcome
-    failed (chained to this rank's own exception `own`, if it had one)."""
+def _collective(group, root, fn):
+    """Runs fn() -> (shared, value) on this rank, as every rank of `group`
+    does; returns every rank's `shared` and this rank's `value`. If fn raised
+    on any rank, raises on every rank alike: the class of the first failed
+    rank's error (ValueError, TypeError, or the CheckpointError of its code),
+    a message naming each failed rank and why, chained to this rank's own
+    exception if it had one."""
+    own = value = None
+    try:
+        shared, value = fn()
+        outcome = ("ok", shared)
+    except Exception as e:  # noqa: BLE001 -- every rank raises it, below
+        outcome, own = _failure(e), e
+    import torch.distributed as dist
+    gathered = [None] * group.size()
+    dist.all_gather_object(gathered, outcome, group=group)
     failed = [(r, o) for r, o in enumerate(gathered) if o[0] != "ok"]
-    if not failed:
-        return
-    _, (_, kind, code, _) = failed[0]
-    message = (f"ckpt: load from {root} on a group of {world} ranks: "
-               + "; ".join(f"rank {r}: {o[3]}" for r, o in failed))
-    error = _KINDS[kind](message) if kind in _KINDS else error_for(code or None, message)
-    raise error from own
+    if failed:
+        _, (_, kind, code, _) = failed[0]
+        message = (f"ckpt: load from {root} on a group of {group.size()} ranks: "
+                   + "; ".join(f"rank {r}: {o[3]}" for r, o in failed))
+        error = _KINDS[kind](message) if kind in _KINDS else error_for(code or None, message)
+        raise error from own
+    return [o[1] for o in gathered], value
 
 
 def _check_world(root, step, world):
@@ -69,68 +71,32 @@ def _try(root, step, rank, world, read):
     return None
 
 
-def _newest(root, bound, rank, world, read):
-    """(step, state or None): the newest step <= bound (None: any) whose part
-    of rank `rank` reads back (read) or verifies."""
-    with translate():
-        walk = torch.classes.ckpt.NewestFirst(root)
-    while (s := walk.next()) is not None:
-        if bound is not None and s > bound:
-            continue
-        try:
-            state = _try(root, s, rank, world, read)
-        except CheckpointError as e:
-            walk.skip(s, e.code or "", str(e))
-            continue
-        for line in walk.skipped():
-            warnings.warn(f"ckpt: rank {rank} skipped {line} (in {root}); using an older checkpoint",
-                          loading.SkippedCheckpointWarning, stacklevel=4)
-        return s, state
-    with translate():
-        walk.raise_none_left()
-
-
 def load_with_group(root, step, into, strict, group):
     """(step, state): this rank's part of the agreed checkpoint (see the module)."""
     rank, world = group.rank(), group.size()
+
+    def load_into(s):
+        _check_world(root, s, world)
+        return s, loading._load_into(root, s, into, strict, rank)[1]
+
     if step is not None and int(step) >= 0:
         step = int(step)
-        state = own = None
-        try:
-            if into is None:
-                state = _try(root, step, rank, world, read=True)
-            else:
-                _check_world(root, step, world)
-                state = loading._load_into(root, step, into, strict, rank)[1]
-            outcome = ("ok", step)
-        except Exception as e:  # noqa: BLE001 -- every rank raises it, below
-            outcome, own = _failure(e), e
-        _raise_failed(root, _gather(group, outcome), world, own)
-        return step, state
+        read = (lambda: (step, _try(root, step, rank, world, read=True))) if into is None \
+            else (lambda: load_into(step))
+        return step, _collective(group, root, read)[1]
 
-    bound, kept = None, None  # kept: (step, state) this rank read
+    def propose():  # (step, (step, state or None)): the newest this rank can read at most `bound`
+        got = kept if kept is not None and kept[0] == bound else loading.newest_that_reads(
+            root, lambda s: _try(root, s, rank, world, read=into is None), bound,
+            who=f"rank {rank} ")
+        return got[0], got
+
+    bound, kept = None, None  # kept: (step, state or None) this rank read or verified
     while True:
-        try:
-            if kept is not None and kept[0] == bound:
-                proposal = kept
-            else:
-                proposal = _newest(root, bound, rank, world, read=into is None)
-            outcome, own = ("ok", proposal[0]), None
-        except Exception as e:  # noqa: BLE001 -- every rank raises it, below
-            proposal, outcome, own = None, _failure(e), e
-        gathered = _gather(group, outcome)
-        _raise_failed(root, gathered, world, own)
-        steps = [o[1] for o in gathered]
-        kept, bound = proposal, min(steps)
+        steps, kept = _collective(group, root, propose)
+        bound = min(steps)
         if all(s == bound for s in steps):
             break
     if into is None:
         return kept
-    state = own = None
-    try:
-        state = loading._load_into(root, bound, into, strict, rank)[1]
-        outcome = ("ok", bound)
-    except Exception as e:  # noqa: BLE001 -- every rank raises it, below
-        outcome, own = _failure(e), e
-    _raise_failed(root, _gather(group, outcome), world, own)
-    return bound, state
+    return bound, _collective(group, root, lambda: load_into(bound))[1]

@@ -175,16 +175,26 @@ def _load_all_ranks(root, step):
 
     if step is not None and int(step) >= 0:
         return int(step), read_all(int(step))
+    return newest_that_reads(root, read_all)
+
+
+def newest_that_reads(root, attempt, bound=None, who=""):
+    """(step, attempt(step)) for the newest committed step (at most `bound`,
+    if given) for which `attempt` raises no CheckpointError; each newer one
+    that raised is skipped with a SkippedCheckpointWarning ("ckpt: {who}skipped
+    step N: ..."). CheckpointNotFoundError if none is left."""
     with translate():
-        walk = torch.classes.ckpt.NewestFirst(root)
+        walk = torch.classes.ckpt.NewestFirst(str(root))
     while (s := walk.next()) is not None:
+        if bound is not None and s > bound:
+            continue
         try:
-            parts = read_all(s)
+            result = attempt(s)
         except CheckpointError as e:
             walk.skip(s, e.code or "", str(e))
             continue
-        _warn_skipped(root, walk.skipped())
-        return s, parts
+        _warn_skipped(root, walk.skipped(), who)
+        return s, result
     with translate():
         walk.raise_none_left()
 
@@ -196,9 +206,9 @@ def _rebuild(extras, by_name):
     return _tree.unflatten(meta, by_name)
 
 
-def _warn_skipped(root, skipped):
+def _warn_skipped(root, skipped, who=""):
     for line in skipped:
-        warnings.warn(f"ckpt: skipped {line} (in {root}); using an older checkpoint",
+        warnings.warn(f"ckpt: {who}skipped {line} (in {root}); using an older checkpoint",
                       SkippedCheckpointWarning, stacklevel=3)
 
 
@@ -206,18 +216,7 @@ def _load_into(root, step, into, strict, rank=None):
     state_dicts = {}  # id(stateful object) -> its state_dict(), taken once per load
     if step is not None and int(step) >= 0:
         return int(step), _load_step_into(root, int(step), into, strict, state_dicts, rank)
-    with translate():
-        walk = torch.classes.ckpt.NewestFirst(str(root))
-    while (s := walk.next()) is not None:
-        try:
-            state = _load_step_into(root, s, into, strict, state_dicts, rank)
-        except CheckpointError as e:
-            walk.skip(s, e.code or "", str(e))
-            continue
-        _warn_skipped(root, walk.skipped())
-        return s, state
-    with translate():
-        walk.raise_none_left()
+    return newest_that_reads(root, lambda s: _load_step_into(root, s, into, strict, state_dicts, rank))
 
 
 def _load_step_into(root, step, into, strict, state_dicts, rank=None):
