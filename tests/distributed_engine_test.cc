@@ -7,6 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <set>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,142 +27,21 @@
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
-#include "retain/retention.h"
+#include "distributed_ranks.h"
 #include "test_util.h"
 #include "testing/fault_injection_file_system.h"
 
 namespace ckpt {
 namespace {
 
+using testing::ExpectRankPart;
 using testing::OwnedTensor;
+using testing::Placed;
+using testing::RankState;
+using testing::Ranks;
+using testing::Step;
 using testing::RandomTensor;
 using testing::ScratchDir;
-
-constexpr absl::Duration kDeadline = absl::Seconds(60);
-
-// One rank's state: replicated tensors (identical on every rank), a
-// rank-local one with the same name everywhere, and one only this rank has.
-std::vector<OwnedTensor> RankState(int rank, uint64_t seed) {
-  std::vector<OwnedTensor> state = {
-      RandomTensor("model.embed.weight", DType::kFloat32, {256, 128}, seed + 1),
-      RandomTensor("model.block.0.w", DType::kBFloat16, {128, 128}, seed + 2),
-      RandomTensor("model.block.0.b", DType::kFloat32, {128}, seed + 3),
-      RandomTensor("optim.exp_avg.0", DType::kFloat32, {128, 128}, seed + 4),
-      RandomTensor("rng.state", DType::kUInt8, {816}, seed + 100 + rank),
-      RandomTensor(absl::StrCat("shard.", rank, ".w"), DType::kFloat16, {64, 96}, seed + 200 + rank),
-  };
-  return state;
-}
-
-std::vector<TensorView> Placed(const std::vector<OwnedTensor>& state) {
-  std::vector<TensorView> views = testing::Views(state);
-  for (TensorView& v : views) {
-    if (absl::StartsWith(v.name, "model.") || absl::StartsWith(v.name, "optim.")) {
-      v.placement = TensorPlacement::kReplicated;
-    } else if (v.name == "rng.state") {
-      v.placement = TensorPlacement::kRankLocal;
-    }
-  }
-  return views;
-}
-
-// Changes a few bytes of every tensor, the same way on every rank for the
-// replicated ones (as an optimizer step would).
-void Step(std::vector<OwnedTensor>& state, int rank, uint64_t seed) {
-  for (OwnedTensor& t : state) {
-    const bool replicated = absl::StartsWith(t.name, "model.") || absl::StartsWith(t.name, "optim.");
-    std::mt19937_64 rng(seed * 31 + (replicated ? 0 : rank + 1) + std::hash<std::string>()(t.name));
-    for (int i = 0; i < 25; ++i) t.bytes[rng() % t.bytes.size()] ^= 0x3C;
-  }
-}
-
-class Ranks {
- public:
-  // Opens `world` engines on `root`, each on its own thread (a rank's Open
-  // waits for rank 0's).
-  Ranks(const std::string& root, int world, EngineOptions base, absl::Duration commit_timeout,
-        std::function<std::shared_ptr<FileSystem>(int)> fs_for_rank = nullptr)
-      : root_(root), store_(NewInProcessStore()) {
-    engines_.resize(world);
-    std::vector<absl::Status> opened(world);
-    Parallel(world, [&](int r) {
-      EngineOptions options = base;
-      options.distributed.rank = r;
-      options.distributed.world_size = world;
-      options.distributed.store = store_;
-      options.distributed.key_prefix = "ckpt/test";
-      options.distributed.commit_timeout = commit_timeout;
-      if (fs_for_rank) options.fs = fs_for_rank(r);
-      auto engine = Engine::Open(root, options);
-      opened[r] = engine.status();
-      if (engine.ok()) engines_[r] = std::move(*engine);
-    });
-    for (int r = 0; r < world; ++r) EXPECT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r];
-  }
-
-  int world() const { return static_cast<int>(engines_.size()); }
-  Engine& engine(int r) { return *engines_[r]; }
-
-  // Every rank in `ranks` saves `steps[r]` of `states[r]` at once; returns
-  // each one's outcome (OK once committed).
-  std::vector<absl::Status> Save(const std::vector<int64_t>& steps,
-                                 const std::vector<std::vector<OwnedTensor>>& states,
-                                 std::vector<int> ranks = {}) {
-    if (ranks.empty()) {
-      for (int r = 0; r < world(); ++r) ranks.push_back(r);
-    }
-    std::vector<absl::Status> outcome(world(), absl::UnknownError("did not save"));
-    Parallel(static_cast<int>(ranks.size()), [&](int i) {
-      const int r = ranks[i];
-      std::vector<TensorView> views = Placed(states[r]);
-      auto handle = engines_[r]->SaveAsync(steps[r], views);
-      if (!handle.ok()) {
-        outcome[r] = handle.status();
-        return;
-      }
-      outcome[r] = testing::WaitOrDie(**handle, kDeadline, absl::StrCat("rank ", r, " step ", steps[r]));
-    });
-    return outcome;
-  }
-
-  void CloseAll() {
-    Parallel(world(), [&](int r) { (void)engines_[r]->Close(); });
-  }
-
-  static void Parallel(int n, const std::function<void(int)>& fn) {
-    std::vector<std::thread> threads;
-    for (int i = 0; i < n; ++i) threads.emplace_back(fn, i);
-    for (std::thread& t : threads) t.join();
-  }
-
- private:
-  std::string root_;
-  std::shared_ptr<CoordinationStore> store_;
-  std::vector<std::unique_ptr<Engine>> engines_;
-};
-
-// Rank `rank`'s part of `step` reads back as exactly `want`.
-void ExpectRankPart(const std::string& root, int64_t step, int rank, int world,
-                    const std::vector<OwnedTensor>& want) {
-  ReaderOptions options;
-  options.step = step;
-  options.rank = rank;
-  auto reader = Reader::Open(root, options);
-  ASSERT_TRUE(reader.ok()) << reader.status();
-  EXPECT_EQ((*reader)->world_size(), world);
-  EXPECT_EQ((*reader)->rank(), rank);
-  ASSERT_EQ((*reader)->tensors().size(), want.size());
-  for (const OwnedTensor& t : want) {
-    auto got = (*reader)->Read(t.name);
-    ASSERT_TRUE(got.ok()) << "rank " << rank << " step " << step << ": " << got.status();
-    EXPECT_EQ(got->dtype, t.dtype) << t.name;
-    EXPECT_EQ(got->shape, t.shape) << t.name;
-    ASSERT_EQ(got->bytes.size(), t.bytes.size()) << t.name;
-    EXPECT_TRUE(std::equal(t.bytes.begin(), t.bytes.end(), static_cast<const uint8_t*>(got->bytes.data())))
-        << "rank " << rank << " step " << step << " tensor " << t.name << " differs";
-  }
-  EXPECT_TRUE((*reader)->Verify().ok());
-}
 
 class DistributedEngineTest : public ::testing::TestWithParam<int> {};
 
@@ -178,6 +61,13 @@ TEST_P(DistributedEngineTest, FullAndDeltaSavesRestoreEveryRankBitExact) {
     std::vector<absl::Status> outcome = ranks.Save(std::vector<int64_t>(world, step), states);
     for (int r = 0; r < world; ++r) ASSERT_TRUE(outcome[r].ok()) << "rank " << r << ": " << outcome[r];
     saved[step] = states;
+  }
+  for (int r = 0; r < world; ++r) {
+    const SaveStats last = ranks.engine(r).stats().last;
+    EXPECT_EQ(last.rank, r);
+    EXPECT_EQ(last.world_size, world);
+    EXPECT_GT(last.commit_latency_s, 0) << r;
+    EXPECT_GE(last.ranks_wait_s, 0) << r;
   }
   auto summaries = ListCheckpoints(root);
   ASSERT_TRUE(summaries.ok()) << summaries.status();
@@ -398,60 +288,128 @@ TEST(DistributedEngine, CancelWhileWaitingForAnotherRankReturnsPromptly) {
   testing::RunOrDie([&] { (void)ranks.engine(0).Close(Engine::CloseMode::kCancel); }, absl::Seconds(20),
                     "Close(kCancel) while rank 0 waits for rank 1");
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  absl::Status s = testing::WaitOrDie(**handle, kDeadline, "cancelled save");
+  absl::Status s = testing::WaitOrDie(**handle, testing::kRankDeadline, "cancelled save");
   EXPECT_FALSE(s.ok());
   EXPECT_FALSE(std::filesystem::exists(root + "/" + StepDirName(3)));
 }
 
-TEST(DistributedEngine, RetentionTreatsAMultiRankCheckpointAsOneUnitAndNeverBreaksItsChain) {
+// Damage to any part of a multi-rank checkpoint is kDataLoss naming it, and
+// a reader of the newest checkpoint falls back to the step before.
+TEST(DistributedEngine, ADamagedPartIsDataLossAndTheNewestReaderFallsBack) {
   ScratchDir dir;
   const std::string root = dir.Join("root");
-  const std::string cold = dir.Join("cold");
-  std::filesystem::create_directory(cold);
-  EngineOptions options = testing::SmallChunks();
-  options.delta.mode = DeltaOptions::Mode::kExact;
-  options.delta.full_every = 3;  // full: 1, 4; deltas: 2, 3, 5, 6
-  std::map<int64_t, std::vector<std::vector<OwnedTensor>>> saved;
+  std::vector<std::vector<OwnedTensor>> states = {RankState(0, 31), RankState(1, 31)};
   {
-    Ranks ranks(root, 2, options, absl::Seconds(20));
-    std::vector<std::vector<OwnedTensor>> states = {RankState(0, 11), RankState(1, 11)};
-    for (int64_t step = 1; step <= 6; ++step) {
-      for (int r = 0; r < 2; ++r) Step(states[r], r, step);
+    Ranks ranks(root, 2, testing::SmallChunks(), absl::Seconds(20));
+    for (int64_t step = 1; step <= 2; ++step) {
       std::vector<absl::Status> outcome = ranks.Save({step, step}, states);
-      for (int r = 0; r < 2; ++r) ASSERT_TRUE(outcome[r].ok()) << outcome[r];
-      saved[step] = states;
+      ASSERT_TRUE(outcome[0].ok() && outcome[1].ok()) << outcome[0] << " / " << outcome[1];
     }
     ranks.CloseAll();
   }
-  tools::RetentionPolicy policy;
-  policy.keep_last = 1;
-  policy.keep_every = 3;  // keeps 3 (a delta of 2, of 1) and 6 (of 5, of 4)
-  policy.cold_dir = cold;
-  auto actions = tools::RunRetention(root, policy);
-  ASSERT_TRUE(actions.ok()) << actions.status();
-  for (const tools::RetentionAction& a : *actions) EXPECT_TRUE(a.error.empty()) << a.name << ": " << a.error;
-  // Nothing was compacted (multi-rank checkpoints are not): every kept
-  // delta kept its chain, in ROOT or in the cold tier.
-  auto hot = ListSteps(root);
-  ASSERT_TRUE(hot.ok());
-  EXPECT_EQ(*hot, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
-  // Moving: with keep_every=3 only... (nothing leaves: every step is a base
-  // of a kept delta). Drop the rule and move what the last step needs not.
-  policy.keep_every = 0;
-  actions = tools::RunRetention(root, policy);
-  ASSERT_TRUE(actions.ok()) << actions.status();
-  for (const tools::RetentionAction& a : *actions) EXPECT_TRUE(a.error.empty()) << a.name << ": " << a.error;
-  hot = ListSteps(root);
-  auto cold_steps = ListSteps(cold);
-  ASSERT_TRUE(hot.ok() && cold_steps.ok());
-  EXPECT_EQ(*hot, (std::vector<int64_t>{4, 5, 6}));
-  EXPECT_EQ(*cold_steps, (std::vector<int64_t>{1, 2, 3}));
-  for (int64_t step : *hot) {
-    for (int r = 0; r < 2; ++r) ExpectRankPart(root, step, r, 2, saved[step][r]);
+  const std::string step2 = root + "/" + StepDirName(2);
+  auto open_step = [&](std::optional<int64_t> step, std::optional<int> rank) {
+    ReaderOptions options;
+    options.step = step;
+    options.rank = rank;
+    return Reader::Open(root, options);
+  };
+  auto read_file = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto write_file = [](const std::string& path, const std::string& contents) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
+  };
+  const std::string global = read_file(step2 + "/MANIFEST.json");
+  const std::string part1 = read_file(step2 + "/rank-00001.MANIFEST.json");
+  // An edited step manifest.
+  std::string edited = global;
+  edited[edited.find("\"world_size\": 2") + 14] = '3';
+  write_file(step2 + "/MANIFEST.json", edited);
+  auto r = open_step(2, std::nullopt);
+  EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+  write_file(step2 + "/MANIFEST.json", global);
+  // A rank's manifest missing: every view of the step is refused, naming it.
+  std::filesystem::remove(step2 + "/rank-00001.MANIFEST.json");
+  for (std::optional<int> rank : {std::optional<int>(), std::optional<int>(0), std::optional<int>(1)}) {
+    r = open_step(2, rank);
+    EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "rank-00001.MANIFEST.json")) << r.status();
   }
-  for (int64_t step : *cold_steps) {
-    for (int r = 0; r < 2; ++r) ExpectRankPart(cold, step, r, 2, saved[step][r]);
+  // The newest reader skips step 2 and opens step 1.
+  r = open_step(std::nullopt, 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)->step(), 1);
+  // Another valid manifest in its place: not the one the list names.
+  write_file(step2 + "/rank-00001.MANIFEST.json", read_file(root + "/" + StepDirName(1) + "/rank-00001.MANIFEST.json"));
+  r = open_step(2, 1);
+  EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+  write_file(step2 + "/rank-00001.MANIFEST.json", part1);
+  // A flipped byte in a rank's shard: verify names the shard.
+  for (const auto& e : std::filesystem::directory_iterator(step2)) {
+    const std::string name = e.path().filename().string();
+    if (!absl::StartsWith(name, "rank-00001.") || !absl::EndsWith(name, ".shard")) continue;
+    std::string bytes = read_file(e.path().string());
+    bytes[0] ^= 1;
+    write_file(e.path().string(), bytes);
+    break;
   }
+  r = open_step(2, std::nullopt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::Status verified = (*r)->Verify();
+  EXPECT_TRUE(absl::IsDataLoss(verified)) << verified;
+  EXPECT_TRUE(absl::StrContains(verified.message(), "rank-00001.")) << verified;
+  // A rank that does not exist.
+  r = open_step(2, 2);
+  EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
+}
+
+// A crash (power loss) of rank 0's machine at any of its calls during a
+// multi-rank save leaves that step either whole for every rank or absent,
+// and the step before it whole; the other rank's save never hangs.
+TEST(DistributedEngine, ACrashOfRankZeroAtEveryCallLeavesTheStepWholeOrAbsent) {
+  ScratchDir dir;
+  std::vector<std::vector<OwnedTensor>> first = {RankState(0, 21), RankState(1, 21)};
+  std::vector<std::vector<OwnedTensor>> second = first;
+  for (int r = 0; r < 2; ++r) Step(second[r], r, 2);
+  EngineOptions options = testing::SmallChunks();
+  options.delta.mode = DeltaOptions::Mode::kExact;
+  uint64_t total = 0;
+  int committed = 0, absent = 0;
+  for (uint64_t n = 0; n == 0 || n <= total; ++n) {
+    const std::string root = dir.Join(absl::StrCat("run", n));
+    auto fs = std::make_shared<testing::FaultInjectionFileSystem>(PosixFileSystem());
+    {
+      Ranks ranks(root, 2, options, absl::Seconds(5),
+                  [&](int r) -> std::shared_ptr<FileSystem> { return r == 0 ? fs : nullptr; });
+      ASSERT_TRUE(ranks.Save({1, 1}, first)[0].ok());
+      const uint64_t before = fs->call_count();
+      if (n > 0) fs->FailAt(before + n, testing::Fault::kCrash);
+      std::vector<absl::Status> outcome = ranks.Save({2, 2}, second);
+      if (n == 0) {
+        ASSERT_TRUE(outcome[0].ok() && outcome[1].ok()) << outcome[0] << " / " << outcome[1];
+        total = fs->call_count() - before;
+        ASSERT_GT(total, 20u);
+      }
+      ranks.CloseAll();
+    }
+    ASSERT_TRUE(fs->DropUnsyncedData().ok()) << "at call " << n;
+    for (int r = 0; r < 2; ++r) ExpectRankPart(root, 1, r, 2, first[r]);
+    if (std::filesystem::exists(root + "/" + StepDirName(2))) {
+      ++committed;
+      for (int r = 0; r < 2; ++r) ExpectRankPart(root, 2, r, 2, second[r]);
+    } else {
+      ++absent;
+    }
+    if (HasFailure()) {
+      ADD_FAILURE() << "crash at call " << n << " of " << total << ": " << fs->first_injected_call();
+      return;
+    }
+    testing::RemoveTree(root);
+  }
+  EXPECT_GT(committed, 0);
+  EXPECT_GT(absent, 0);
 }
 
 }  // namespace

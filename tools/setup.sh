@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config liburing-dev libzstd-dev libxxhash-dev libabsl-dev
-          libgtest-dev libgmock-dev nlohmann-json3-dev fio python3-matplotlib clang)
+          libgtest-dev libgmock-dev nlohmann-json3-dev fio python3-matplotlib clang gdb)
 SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO="sudo"
 missing=()

@@ -54,6 +54,15 @@ struct SaveStats {
   double seconds = 0;           // from `SaveAsync` to commit
   double persist_gbps = 0;      // file_bytes / persist_s, in 1e9 bytes per second
   std::string backend;          // e.g. "io_uring+O_DIRECT"
+  // A multi-rank save (ckpt/distributed.h): the figures above are this
+  // rank's part. `ranks_wait_s`: from this rank's part being durable until
+  // every part was (rank 0) or until rank 0's decision (the others).
+  // `commit_latency_s`: rank 0, from the last part being durable to the
+  // commit done; the others, from their part being durable to learning it.
+  int rank = 0;
+  int world_size = 1;
+  double ranks_wait_s = 0;
+  double commit_latency_s = 0;
 };
 
 // Totals over an engine's life.

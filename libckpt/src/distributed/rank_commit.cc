@@ -120,6 +120,7 @@ absl::Status RankCommitter::Handshake() {
 }
 
 void RankCommitter::AnnounceStep(int64_t step) {
+  times_ = Times{};
   (void)options_.store->Set(absl::StrCat(options_.key_prefix, "/current/", rank()),
                             absl::StrCat(step));
 }
@@ -159,6 +160,7 @@ absl::Status RankCommitter::CommitPart(int64_t step, const std::string& temp_dir
   absl::Status reported = options_.store->Set(SaveKey(temp_dir, absl::StrCat("report/", rank())),
                                               report.dump());
   reported_ = temp_dir;
+  times_ = Times{};
   if (!reported.ok()) return LostStore(rank(), "nothing (reporting its part)", reported);
   KillPoint("commit.rank_reported");
   if (rank() == 0) return CommitAsRankZero(step, temp_dir, final_name, part, extras_json, cancelled);
@@ -169,7 +171,8 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
                                              const std::string& final_name, const Part& part,
                                              const std::string& extras_json,
                                              const CancelledFn& cancelled) {
-  const absl::Time deadline = absl::Now() + options_.commit_timeout;
+  const absl::Time reported = absl::Now();
+  const absl::Time deadline = reported + options_.commit_timeout;
   const std::string decision_key = SaveKey(temp_dir, "decision");
   // Every other rank's report, in rank order; a rank that fails (or gives
   // up) may decide to abort meanwhile, which ends the wait at once.
@@ -236,6 +239,8 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
                                      " (commit_timeout): nothing was committed")));
   }
 
+  const absl::Time all_reported = absl::Now();
+  times_.ranks_wait_s = absl::ToDoubleSeconds(all_reported - reported);
   // Every part as rank 0 reads it from the shared temp directory: this also
   // checks that ROOT is one file system for all ranks.
   GlobalManifest global;
@@ -318,6 +323,7 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
   if (*held != kCommit) return DecodeStatus(absl::string_view(*held).substr(kAbortPrefix.size()));
   KillPoint("commit.decided");
   absl::Status committed = CommitCheckpoint(*fs_, root_, temp_dir, final_name);
+  times_.commit_latency_s = absl::ToDoubleSeconds(absl::Now() - all_reported);
   (void)options_.store->Set(SaveKey(temp_dir, "result"),
                             committed.ok() ? std::string(kOk)
                                            : absl::StrCat(kErrorPrefix, EncodeStatus(committed)));
@@ -330,7 +336,9 @@ absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const Ca
   // is missing, rank 0's verdict (naming it) is the one that stands.
   const absl::Duration patience =
       options_.commit_timeout + options_.commit_timeout / 10 + absl::Seconds(1);
-  auto decision = WaitFor(decision_key, absl::Now() + patience, cancelled);
+  const absl::Time reported = absl::Now();
+  auto decision = WaitFor(decision_key, reported + patience, cancelled);
+  times_.ranks_wait_s = absl::ToDoubleSeconds(absl::Now() - reported);
   if (!decision.ok()) {
     if (!absl::IsDeadlineExceeded(decision.status()) && !absl::IsCancelled(decision.status())) {
       return LostStore(rank(), "rank 0's decision", decision.status());
@@ -360,6 +368,7 @@ absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const Ca
     }
     return LostStore(rank(), "the outcome of rank 0's commit", result.status());
   }
+  times_.commit_latency_s = absl::ToDoubleSeconds(absl::Now() - reported);
   if (*result == kOk) return absl::OkStatus();
   if (!absl::StartsWith(*result, kErrorPrefix)) {
     return absl::InternalError(absl::StrCat("unreadable result in the coordination store: ", *result));

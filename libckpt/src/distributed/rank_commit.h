@@ -70,6 +70,14 @@ class RankCommitter {
                           const std::string& final_name, const Part& part,
                           const std::string& extras_json, const CancelledFn& cancelled);
 
+  // How long the last `CommitPart` waited, in seconds (see
+  // SaveStats::ranks_wait_s and commit_latency_s).
+  struct Times {
+    double ranks_wait_s = 0;
+    double commit_latency_s = 0;
+  };
+  const Times& last_times() const { return times_; }
+
   // This rank's part of the save into `temp_dir` failed with `error` (or the
   // save was given up): reports it, unless `CommitPart` already did, so no
   // rank waits for this one; rank 0 also decides to abort. Returns the error
@@ -102,6 +110,7 @@ class RankCommitter {
   std::string nonce_;
   // The temp directory whose save this rank reported last (persister thread).
   std::string reported_;
+  Times times_;
 };
 
 }  // namespace ckpt::internal

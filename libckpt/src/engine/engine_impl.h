@@ -117,6 +117,10 @@ class EngineImpl final : public Engine {
   void Stage(StagingRequest request, const CallerClock& clock)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
 
+  // Of `tensors`, those this engine writes: all of them, or for a rank of
+  // a multi-rank engine its own and the replicated ones it owns.
+  std::vector<TensorView> TensorsThisRankWrites(std::span<const TensorView> tensors) const;
+
   // `EngineOptions::background_nice`, with -1 resolved.
   int BackgroundNice() const;
   uint64_t NextNonce() ABSL_LOCKS_EXCLUDED(mu_);

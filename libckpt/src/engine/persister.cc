@@ -420,6 +420,12 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   stats.seconds = SecondsSince(job.start_time);
   stats.persist_gbps = stats.persist_s > 0 ? stats.file_bytes / stats.persist_s / 1e9 : 0;
   stats.backend = ctx_.backend;
+  if (ctx_.committer != nullptr) {
+    stats.rank = ctx_.committer->rank();
+    stats.world_size = ctx_.committer->world_size();
+    stats.ranks_wait_s = ctx_.committer->last_times().ranks_wait_s;
+    stats.commit_latency_s = ctx_.committer->last_times().commit_latency_s;
+  }
   *out = std::move(stats);
   return status;
 }

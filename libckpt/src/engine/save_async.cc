@@ -105,10 +105,7 @@ absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
   std::vector<TensorView> own;
   uint64_t replicated_fingerprint = 0;
   if (committer_ != nullptr) {
-    const std::vector<int> owners = TensorOwners(tensors, committer_->rank(), committer_->world_size());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (owners[i] == committer_->rank()) own.push_back(tensors[i]);
-    }
+    own = TensorsThisRankWrites(tensors);
     replicated_fingerprint = ReplicatedFingerprint(tensors);
     tensors = own;
   }
@@ -139,6 +136,16 @@ absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
   staging.job = job;
   Stage(std::move(staging), clock);
   return job;
+}
+
+std::vector<TensorView> EngineImpl::TensorsThisRankWrites(std::span<const TensorView> tensors) const {
+  if (committer_ == nullptr) return std::vector<TensorView>(tensors.begin(), tensors.end());
+  const std::vector<int> owners = TensorOwners(tensors, committer_->rank(), committer_->world_size());
+  std::vector<TensorView> own;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (owners[i] == committer_->rank()) own.push_back(tensors[i]);
+  }
+  return own;
 }
 
 absl::Status EngineImpl::AdmitStep(int64_t step) {

@@ -40,8 +40,9 @@ absl::Status EngineImpl::SizePoolForSave(size_t needed, size_t in_flight) {
 
 absl::Status EngineImpl::ReserveStaging(std::span<const TensorView> tensors, bool wait) {
   if (options_.staging_bytes > 0) return absl::OkStatus();  // fixed at Open
-  const size_t needed = StagingChunksFor(
-      PlanShards(tensors, options_.shard_min_bytes, options_.shard_max_bytes));
+  // (A rank of a multi-rank engine stages only what it writes.)
+  const size_t needed = StagingChunksFor(PlanShards(
+      TensorsThisRankWrites(tensors), options_.shard_min_bytes, options_.shard_max_bytes));
   auto reservation = std::make_shared<std::promise<absl::Status>>();
   std::future<absl::Status> outcome = reservation->get_future();
   {

@@ -28,6 +28,12 @@ nlohmann::ordered_json SaveStatsObject(const SaveStats& s) {
   j["seconds"] = s.seconds;
   j["persist_gbps"] = s.persist_gbps;
   j["backend"] = s.backend;
+  if (s.world_size > 1) {
+    j["rank"] = s.rank;
+    j["world_size"] = s.world_size;
+    j["ranks_wait_s"] = s.ranks_wait_s;
+    j["commit_latency_s"] = s.commit_latency_s;
+  }
   return j;
 }
 
