@@ -27,12 +27,14 @@ Usage:
   ckpt-restore --root DIR --verify [--all | --step N | --latest] [--json]
   ckpt-restore --root DIR (--step N | --latest) [--rank R] [--json]
   ckpt-restore --root DIR (--step N | --latest) [--rank R] --out FILE.safetensors [--filter PREFIX]
+Every form takes --progress=auto|always|never. ROOT may also be given as the
+one positional argument. A flag's value may follow it (--step 5) or be joined
+with '=' (--step=5).
+
 A multi-rank checkpoint is one unit: --list, --verify and --latest cover
 every rank's part; --step/--latest show and --out exports the whole of it
 (replicated tensors under their names, every rank's others as rank<r>/<name>)
-unless --rank R picks one rank's part. Every form takes --progress=auto|always|never. ROOT may also be given as the
-one positional argument. A flag's value may follow it (--step 5) or be joined
-with '=' (--step=5).
+unless --rank R picks one rank's part.
 )";
 
 constexpr char kTrailer[] = R"(
