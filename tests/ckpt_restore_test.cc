@@ -6,7 +6,7 @@
 // Multi-rank checkpoints are written by ranks that are threads of this
 // process (one Engine each, one in-process store), then listed, verified,
 // shown and exported as one unit, whole or one rank's part (--rank).
-// (About 1300 lines, over the house ~400: one test per documented flag and
+// (About 1400 lines, over the house ~400: one test per documented flag and
 // exit code of one binary, sharing the run-the-tool fixture.)
 #include <fcntl.h>
 #include <limits.h>
