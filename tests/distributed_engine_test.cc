@@ -365,6 +365,38 @@ TEST(DistributedEngine, ADamagedPartIsDataLossAndTheNewestReaderFallsBack) {
   EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
 }
 
+// A delta's base is the base step's part of the same rank, checked against
+// that step's manifest: a damaged base step breaks the delta, as it does
+// for one process.
+TEST(DistributedEngine, ADeltaWhoseBaseStepManifestIsDamagedIsDataLoss) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  EngineOptions options = testing::SmallChunks();
+  options.delta.mode = DeltaOptions::Mode::kExact;
+  std::vector<std::vector<OwnedTensor>> states = {RankState(0, 41), RankState(1, 41)};
+  {
+    Ranks ranks(root, 2, options, absl::Seconds(20));
+    for (int64_t step = 1; step <= 2; ++step) {
+      for (int r = 0; r < 2; ++r) Step(states[r], r, step);
+      std::vector<absl::Status> outcome = ranks.Save({step, step}, states);
+      ASSERT_TRUE(outcome[0].ok() && outcome[1].ok()) << outcome[0] << " / " << outcome[1];
+    }
+    ranks.CloseAll();
+  }
+  auto summary = SummarizeCheckpoint(root, 2);
+  ASSERT_TRUE(summary.ok());
+  ASSERT_EQ(summary->kind, CheckpointKind::kDelta);
+  std::filesystem::remove(root + "/" + StepDirName(1) + "/MANIFEST.json");
+  for (int r = 0; r < 2; ++r) {
+    ReaderOptions options2;
+    options2.step = 2;
+    options2.rank = r;
+    auto reader = Reader::Open(root, options2);
+    EXPECT_TRUE(absl::IsDataLoss(reader.status())) << reader.status();
+    EXPECT_TRUE(absl::StrContains(reader.status().message(), "base checkpoint step 1")) << reader.status();
+  }
+}
+
 // A crash (power loss) of rank 0's machine at any of its calls during a
 // multi-rank save leaves that step either whole for every rank or absent,
 // and the step before it whole; the other rank's save never hangs.

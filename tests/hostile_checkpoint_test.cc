@@ -260,7 +260,8 @@ TEST_F(HostileCheckpointTest, SelfReferencingAndForwardDeltaBasesAreRefused) {
 }
 
 TEST_F(HostileCheckpointTest, ANewerFormatVersionIsRefusedAsUnsupported) {
-  EditManifest(2, [](Json& j) { j["format_version"] = 2; });
+  // (2 is a multi-rank checkpoint's step manifest, see distributed_engine_test.)
+  EditManifest(2, [](Json& j) { j["format_version"] = 3; });
   absl::StatusOr<int64_t> two = OpenAndVerify(2);
   ASSERT_FALSE(two.ok());
   EXPECT_EQ(two.status().code(), absl::StatusCode::kUnimplemented) << two.status();

@@ -53,14 +53,15 @@ if [[ ${CKPT_SKIP_ASAN:-0} != 1 ]]; then
   # its budget: they parse nothing and hold no buffers.)
   asan_tests=(engine_test async_engine_test delta_test compact_test fault_injection_test
               hostile_checkpoint_test staging_copy_test encoder_buffers_test
-              file_system_conformance_test stall_timeout_test)
+              file_system_conformance_test stall_timeout_test distributed_engine_test)
+  declare -A asan_filter=([distributed_engine_test]='-*ACrashOfRankZero*')
   cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_ASAN=ON \
     -DCKPT_BUILD_BENCH=OFF -DCKPT_BUILD_TOOLS=OFF -DCKPT_BUILD_TORCH=OFF -DCKPT_WITH_CUDA=OFF >/dev/null
   cmake --build "$asan_dir" -j2 --target "${asan_tests[@]}"
   for t in "${asan_tests[@]}"; do
     echo "== AddressSanitizer+UBSan: $t"
     ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-      "$asan_dir/tests/$t" --gtest_brief=1
+      "$asan_dir/tests/$t" --gtest_brief=1 --gtest_filter="${asan_filter[$t]:-*}"
   done
   stage_done "AddressSanitizer build and run"
 fi

@@ -98,7 +98,7 @@ absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, i
   }
   absl::flat_hash_set<std::string> names;
   for (int r : ranks) {
-    CKPT_ASSIGN_OR_RETURN(DeltaChain chain, DeltaChain::Load(fs, root, step, RankManifestName(r)));
+    CKPT_ASSIGN_OR_RETURN(DeltaChain chain, DeltaChain::Load(fs, root, step, r));
     const size_t part = view.parts.size();
     const bool own = rank.has_value() && r == *rank;
     for (const TensorInfo& t : chain.opened().manifest.tensors) {

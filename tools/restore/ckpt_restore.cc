@@ -25,11 +25,16 @@ constexpr char kSynopsis[] =
 Usage:
   ckpt-restore --root DIR --list [--verify] [--json]
   ckpt-restore --root DIR --verify [--all | --step N | --latest] [--json]
-  ckpt-restore --root DIR (--step N | --latest) [--json]
-  ckpt-restore --root DIR (--step N | --latest) --out FILE.safetensors [--filter PREFIX]
+  ckpt-restore --root DIR (--step N | --latest) [--rank R] [--json]
+  ckpt-restore --root DIR (--step N | --latest) [--rank R] --out FILE.safetensors [--filter PREFIX]
 Every form takes --progress=auto|always|never. ROOT may also be given as the
 one positional argument. A flag's value may follow it (--step 5) or be joined
 with '=' (--step=5).
+
+A multi-rank checkpoint is one unit: --list, --verify and --latest cover
+every rank's part; --step/--latest show and --out exports the whole of it
+(replicated tensors under their names, every rank's others as rank<r>/<name>)
+unless --rank R picks one rank's part.
 )";
 
 constexpr char kTrailer[] = R"(
@@ -54,6 +59,7 @@ Examples:
   ckpt-restore --root /ckpt/run1 --step 1200           # tensors and extras of 1200
   ckpt-restore --root /ckpt/run1 --list --json | jq 'select(.ok | not)'
   ckpt-restore --root /ckpt/run1 --latest --out model.safetensors --filter model.
+  ckpt-restore --root /ckpt/run1 --latest --rank 1 --out rank1.safetensors
 
 See docs/ckpt-restore.md for incident recovery.
 )";
@@ -66,7 +72,7 @@ ckpt::tools::FlagSet MakeFlagSet(ckpt::tools::RestoreFlags* flags) {
           "Required; may also be given as the single positional argument.");
   set.AddBool("list", &flags->list,
           "List every committed checkpoint, oldest first: step, kind (full, or delta of its "
-          "base step), exact or lossy (with its error bound), size on disk, tensor count, "
+          "base step), ranks (how many processes wrote it; 1 for one), exact or lossy (with its error bound), size on disk, tensor count, "
           "shard count, creation time (UTC) and manifest status. Reads manifests only; a "
           "damaged manifest shows as DAMAGED and --list still exits 0. With --verify it also "
           "reads every tensor of every listed checkpoint (deltas through their whole chain) "
@@ -77,7 +83,9 @@ ckpt::tools::FlagSet MakeFlagSet(ckpt::tools::RestoreFlags* flags) {
           "rebuilt through its chain, checking every base it uses (a missing or replaced base "
           "fails it). Selects --all unless --step or --latest is given. Prints one line per "
           "checkpoint ('step N: ok (...)' or 'step N: FAILED: <reason naming the file and "
-          "tensor>'); exits 1 if any fails. With --list, adds a VERIFIED column (see --list).");
+          "tensor>'); exits 1 if any fails. A multi-rank checkpoint is verified whole: every "
+          "rank's part, and damage names the rank's file. With --list, adds a VERIFIED column "
+          "(see --list).");
   set.Add("step", "N", &flags->step,
           "Select checkpoint N (its step number). Without --verify, print its tensors and "
           "extras (the manifest is checked, the data is not read).");
@@ -89,16 +97,24 @@ ckpt::tools::FlagSet MakeFlagSet(ckpt::tools::RestoreFlags* flags) {
   set.AddBool("all", &flags->all,
           "With --verify: verify every committed checkpoint (the default when neither --step "
           "nor --latest is given).");
+  set.Add("rank", "R", &flags->rank,
+          "With --step N or --latest (and --out): show or export only rank R's part of a "
+          "multi-rank checkpoint, its own tensors and the replicated ones, under the names it "
+          "saved. Without it, the whole checkpoint: replicated tensors under their names, "
+          "every rank's others as rank<r>/<name>. --latest still picks the newest checkpoint "
+          "whose every part verifies. A single-process checkpoint has rank 0 alone; a rank the "
+          "checkpoint does not have exits 3.");
   set.AddBool("json", &flags->json,
           "Print JSON Lines on stdout (one JSON object per line) instead of tables. --list: "
-          "one object per checkpoint with step, kind, base_step, compacted, exact, error_bound, "
-          "file_bytes, tensor_bytes, tensor_count, shard_count, created_unix_ns, ok (manifest "
+          "one object per checkpoint with step, kind, base_step, compacted, world_size, exact, "
+          "error_bound, file_bytes, tensor_bytes, tensor_count, shard_count, created_unix_ns, ok (manifest "
           "checks pass), error (null when ok), latest, dir; with --verify also verified "
           "(true/false), and error then says why it does not verify. --verify: one "
           "object per checkpoint tried with step, ok, error and, when ok, tensor_count, "
-          "tensor_bytes, shard_count. --step/--latest: one object with step, dir, verified, "
-          "extras, tensor_count, tensor_bytes, shard_count and tensors (name, dtype, shape, "
-          "raw_bytes, stored_bytes, encoding, shard, offset, xxh3). Diagnostics stay on stderr "
+          "tensor_bytes, shard_count, world_size. --step/--latest: one object with step, dir, "
+          "world_size, rank (null: the whole checkpoint), verified, extras, tensor_count, "
+          "tensor_bytes, shard_count and tensors (name, dtype, shape, raw_bytes, stored_bytes, "
+          "encoding, shard, offset, xxh3; placement and rank in a multi-rank one). Diagnostics stay on stderr "
           "as text.");
   set.Add("out", "FILE", &flags->out,
           "With --step N or --latest: write that checkpoint (deltas resolved, every checksum "
@@ -106,7 +122,9 @@ ckpt::tools::FlagSet MakeFlagSet(ckpt::tools::RestoreFlags* flags) {
           "step and the extras go in its __metadata__. FILE must not exist; it appears only "
           "when complete.");
   set.Add("filter", "PREFIX", &flags->filter,
-          "With --out: export only the tensors whose names start with this prefix.");
+          "With --out: export only the tensors whose names start with this prefix (the names "
+          "as --step shows them: in a whole multi-rank checkpoint, --filter rank1/ keeps rank "
+          "1's own tensors).");
   set.Add("progress", "WHEN", &flags->progress,
           "Progress bar for verifying and exporting (--verify, --list --verify, --latest, "
           "--out), in bytes of tensors, on stderr, redrawn in place at most 10 times a second: "

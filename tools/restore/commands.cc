@@ -3,6 +3,7 @@
 #include "restore/commands.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/catalog.h"
+#include "ckpt/distributed.h"
 #include "ckpt/file_system.h"
 #include "ckpt/json.h"
 #include "ckpt/newest.h"
@@ -83,6 +85,25 @@ std::string DescribeContents(const Contents& c) {
                          HumanBytes(c.tensor_bytes), c.shard_count, c.shard_count == 1 ? "" : "s");
 }
 
+// What a verification covered: the contents, and for a multi-rank
+// checkpoint how many ranks' parts ("4 tensors, 792 B in 3 shards, 2 ranks").
+std::string DescribeVerified(const Reader& reader) {
+  std::string text = DescribeContents(Summarize(reader));
+  if (reader.world_size() > 1) absl::StrAppend(&text, ", ", reader.world_size(), " ranks");
+  return text;
+}
+
+// Which part of a multi-rank checkpoint `reader` shows, for the line under
+// --step/--latest's heading: "the whole checkpoint (...)" or "rank 1's part".
+std::string DescribePart(const Reader& reader) {
+  if (reader.rank() < 0) {
+    return "the whole checkpoint (replicated tensors under their names, every rank's others as "
+           "rank<r>/<name>)";
+  }
+  return absl::StrFormat("rank %d's part (its own tensors and the replicated ones)",
+                         reader.rank());
+}
+
 // Prints one verification result: a table line, or a JSON record.
 void PrintVerifyResult(const RestoreRequest& request, int64_t step,
                        const absl::StatusOr<std::unique_ptr<Reader>>& result, Output& output) {
@@ -93,13 +114,13 @@ void PrintVerifyResult(const RestoreRequest& request, int64_t step,
       json["tensor_count"] = c.tensor_count;
       json["tensor_bytes"] = c.tensor_bytes;
       json["shard_count"] = c.shard_count;
+      json["world_size"] = (*result)->world_size();
     } else {
       json["error"] = StatusText(result.status());
     }
     output.PrintJson(json);
   } else if (result.ok()) {
-    output.out() << absl::StrFormat("step %d: ok (%s)\n", step,
-                                    DescribeContents(Summarize(**result)));
+    output.out() << absl::StrFormat("step %d: ok (%s)\n", step, DescribeVerified(**result));
   } else {
     output.out() << absl::StrFormat("step %d: FAILED: %s\n", step, StatusText(result.status()));
   }
@@ -198,6 +219,8 @@ void PrintContents(const RestoreRequest& request, const Reader& reader, Output& 
     if (extras.is_discarded()) extras = reader.extras_json();
     output.PrintJson({{"step", reader.step()},
                       {"dir", reader.dir()},
+                      {"world_size", reader.world_size()},
+                      {"rank", request.rank.has_value() ? Json(*request.rank) : Json(nullptr)},
                       {"verified", request.selection == Selection::kLatest},
                       {"extras", extras},
                       {"tensor_count", c.tensor_count},
@@ -208,11 +231,29 @@ void PrintContents(const RestoreRequest& request, const Reader& reader, Output& 
   }
   std::ostream& out = output.out();
   out << absl::StrFormat("step %d  %s\n", reader.step(), reader.dir());
+  // A multi-rank checkpoint says which part this is, and where each tensor
+  // comes from: its placement and the rank whose part holds it.
+  const bool multi_rank = reader.world_size() > 1;
+  if (multi_rank) {
+    out << absl::StrFormat("ranks: %d; %s\n", reader.world_size(), DescribePart(reader));
+  }
   out << "extras: " << reader.extras_json() << "\n";
-  Table table({"NAME", "DTYPE", "SHAPE", "BYTES", "SHARD"}, {false, false, false, true, false});
+  std::vector<std::string> header = {"NAME", "DTYPE", "SHAPE", "BYTES"};
+  std::vector<bool> right = {false, false, false, true};
+  if (multi_rank) {
+    header.insert(header.end(), {"PLACEMENT", "RANK"});
+    right.insert(right.end(), {false, true});
+  }
+  header.push_back("SHARD");
+  Table table(header, right);
   for (const TensorInfo& t : reader.tensors()) {
-    table.AddRow({t.name, std::string(DTypeName(t.dtype)), FormatShape(t.shape),
-                  absl::StrCat(t.raw_bytes), t.shard});
+    std::vector<std::string> row = {t.name, std::string(DTypeName(t.dtype)), FormatShape(t.shape),
+                                    absl::StrCat(t.raw_bytes)};
+    if (multi_rank) {
+      row.insert(row.end(), {std::string(TensorPlacementName(t.placement)), absl::StrCat(t.rank)});
+    }
+    row.push_back(t.shard);
+    table.AddRow(std::move(row));
   }
   table.Print(out);
   out << DescribeContents(c)
@@ -223,12 +264,15 @@ void PrintContents(const RestoreRequest& request, const Reader& reader, Output& 
 
 // Writes `reader`'s checkpoint as a safetensors file (--out), with a bar.
 int Export(const RestoreRequest& request, Reader& reader, Output& output) {
+  // "step 7" or, for one rank's part, "step 7, rank 1's part".
+  const std::string what =
+      request.rank.has_value()
+          ? absl::StrFormat("step %d, rank %d's part", reader.step(), *request.rank)
+          : absl::StrFormat("step %d", reader.step());
   uint64_t shown = 0;
   auto progress = [&](uint64_t done, uint64_t total) {
     if (done == 0) {
-      output.bar().Start(absl::StrFormat("exporting step %d to %s", reader.step(),
-                                         request.export_path),
-                         total);
+      output.bar().Start(absl::StrFormat("exporting %s to %s", what, request.export_path), total);
     }
     output.bar().Add(done - shown);
     shown = done;
@@ -243,27 +287,40 @@ int Export(const RestoreRequest& request, Reader& reader, Output& output) {
                      : c == absl::StatusCode::kInvalidArgument || c == absl::StatusCode::kAlreadyExists
                          ? kExitUsage
                          : kExitError;
-    return output.Fail(code, absl::StrFormat("step %d: %s", reader.step(),
-                                             StatusText(exported.status())));
+    return output.Fail(code, absl::StrFormat("%s: %s", what, StatusText(exported.status())));
   }
   output.bar().Finish();
-  output.out() << absl::StrFormat("wrote %s: step %d, %d tensors, %d bytes\n",
-                                  request.export_path, reader.step(), exported->tensors,
-                                  exported->bytes);
+  output.out() << absl::StrFormat("wrote %s: %s, %d tensors, %d bytes\n", request.export_path,
+                                  what, exported->tensors, exported->bytes);
+  return kExitOk;
+}
+
+// Opens what --step/--latest show of checkpoint `step`: rank
+// `request.rank`'s part, or the whole checkpoint. A rank it does not have is
+// not found (3); a damaged manifest is data loss (1).
+int OpenShown(const RestoreRequest& request, int64_t step, Output& output,
+              std::unique_ptr<Reader>* reader) {
+  absl::StatusOr<std::unique_ptr<Reader>> opened = OpenStep(request.root, step, request.rank);
+  if (!opened.ok()) {
+    const int code = absl::IsNotFound(opened.status()) ? kExitNotFound : kExitDataLoss;
+    return output.Fail(code, absl::StrFormat("step %d: %s", step, StatusText(opened.status())));
+  }
+  *reader = std::move(*opened);
   return kExitOk;
 }
 
 int RunShow(const RestoreRequest& request, const std::vector<int64_t>& steps, Output& output) {
   std::unique_ptr<Reader> reader;
   if (request.selection == Selection::kLatest) {
+    // The newest checkpoint whose every part verifies, whichever part is
+    // shown: every rank restoring with --latest picks the same step.
     if (int code = SelectLatest(request, steps, output, &reader); code != kExitOk) return code;
-  } else {
-    absl::StatusOr<std::unique_ptr<Reader>> opened = OpenStep(request.root, request.step);
-    if (!opened.ok()) {
-      return output.Fail(kExitDataLoss, absl::StrFormat("step %d: %s", request.step,
-                                                        StatusText(opened.status())));
+    if (request.rank.has_value()) {
+      const int64_t step = reader->step();
+      if (int code = OpenShown(request, step, output, &reader); code != kExitOk) return code;
     }
-    reader = std::move(*opened);
+  } else {
+    if (int code = OpenShown(request, request.step, output, &reader); code != kExitOk) return code;
   }
   if (!request.export_path.empty()) return Export(request, *reader, output);
   PrintContents(request, *reader, output);
@@ -293,6 +350,20 @@ absl::StatusOr<RestoreRequest> MakeRequest(const RestoreFlags& flags) {
         "--list lists every checkpoint; it takes no --step or --latest "
         "(use --step N or --latest alone to show one)");
   }
+  if (flags.rank.has_value()) {
+    if (*flags.rank < 0 || *flags.rank > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--rank must be a rank number >= 0, got %d", *flags.rank));
+    }
+    if (flags.list || flags.verify || flags.all) {
+      return absl::InvalidArgumentError(
+          "--rank selects one rank's part to show or export; --list and --verify always cover "
+          "every rank's part (drop --rank)");
+    }
+    if (!flags.step.has_value() && !flags.latest) {
+      return absl::InvalidArgumentError("--rank needs --step N or --latest");
+    }
+  }
   if (!flags.filter.empty() && flags.out.empty()) {
     return absl::InvalidArgumentError("--filter selects tensors for --out; give --out FILE");
   }
@@ -309,6 +380,7 @@ absl::StatusOr<RestoreRequest> MakeRequest(const RestoreFlags& flags) {
   request.root = flags.root;
   request.export_path = flags.out;
   request.export_filter = flags.filter;
+  if (flags.rank.has_value()) request.rank = static_cast<int>(*flags.rank);
   request.json = flags.json;
   request.progress = *progress;
   // --list --verify lists, with a verification result per checkpoint.

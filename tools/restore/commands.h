@@ -59,6 +59,7 @@ struct RestoreFlags {
   bool list = false;
   bool verify = false;
   std::optional<int64_t> step;
+  std::optional<int64_t> rank;  // --rank R: one rank's part (show and export)
   bool latest = false;
   bool all = false;
   bool json = false;
@@ -73,6 +74,12 @@ struct RestoreRequest {
   Action action = Action::kShow;
   Selection selection = Selection::kAll;
   int64_t step = -1;  // with `Selection::kStep`
+  // With kShow: show or export rank `rank`'s part of the selected checkpoint
+  // (its own tensors and the replicated ones, under the names it saved).
+  // Unset: the whole checkpoint (replicated tensors under their names, every
+  // rank's others as "rank<r>/<name>"). Selecting (--latest) always verifies
+  // the whole checkpoint, so every rank picks the same step.
+  std::optional<int> rank;
   bool json = false;  // JSON Lines on `out` instead of tables
   bool verify = false;  // with kList: verify every listed checkpoint too
   ProgressMode progress = ProgressMode::kAuto;  // kAuto: when stderr is a terminal
@@ -83,7 +90,9 @@ struct RestoreRequest {
 // Validates flag combinations: --root is required; --list with --verify
 // lists and verifies; --step, --latest and --all exclude each other; --list
 // takes no --step/--latest; without an action, --step or --latest is
-// required; --progress is auto, always or never. Errors are kInvalidArgument
+// required; --rank is >= 0 and goes with --step or --latest alone (not with
+// --list or --verify, which cover every rank); --progress is auto, always or
+// never. Errors are kInvalidArgument
 // with a one-line message.
 absl::StatusOr<RestoreRequest> MakeRequest(const RestoreFlags& flags);
 

@@ -56,6 +56,8 @@ void PrintJsonRows(const std::vector<CheckpointSummary>& summaries, int64_t late
                 {"kind", ok ? CheckpointKindName(s.kind) : ""},  // "" for a damaged manifest
                 {"base_step", ok && s.kind == CheckpointKind::kDelta ? Json(s.base_step) : Json(nullptr)},
                 {"compacted", s.compacted},
+                // How many ranks wrote it (1: one process); 0 for a damaged manifest.
+                {"world_size", ok ? s.world_size : 0},
                 {"exact", !IsLossy(s)},
                 {"error_bound", s.max_error_bound},
                 {"file_bytes", s.file_bytes},
@@ -74,10 +76,10 @@ void PrintJsonRows(const std::vector<CheckpointSummary>& summaries, int64_t late
 
 void PrintTable(const std::vector<CheckpointSummary>& summaries, int64_t latest,
                 const std::map<int64_t, absl::Status>* verified, Output& output) {
-  std::vector<std::string> header = {"STEP",    "KIND",   "EXACT",         "SIZE",
-                                     "TENSORS", "SHARDS", "CREATED (UTC)", "MANIFEST"};
+  std::vector<std::string> header = {"STEP",    "KIND",    "RANKS",         "EXACT",   "SIZE",
+                                     "TENSORS", "SHARDS",  "CREATED (UTC)", "MANIFEST"};
   if (verified != nullptr) header.push_back("VERIFIED");
-  Table table(header, {true, false, false, true, true, true, false, false, false});
+  Table table(header, {true, false, true, false, true, true, true, false, false, false});
   for (const CheckpointSummary& s : summaries) {
     const bool ok = s.manifest_status.ok();
     const std::string kind = s.kind == CheckpointKind::kDelta
@@ -95,6 +97,7 @@ void PrintTable(const std::vector<CheckpointSummary>& summaries, int64_t latest,
     }
     std::vector<std::string> row = {absl::StrCat(s.step, latest == s.step ? "*" : ""),
                                     ok ? kind : "-",
+                                    ok ? absl::StrCat(s.world_size) : "-",
                                     ok ? exact : "-",
                                     ok ? HumanBytes(s.file_bytes) : "-",
                                     ok ? absl::StrCat(s.tensor_count) : "-",

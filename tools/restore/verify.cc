@@ -7,9 +7,11 @@
 
 namespace ckpt::tools {
 
-absl::StatusOr<std::unique_ptr<Reader>> OpenStep(const std::string& root, int64_t step) {
+absl::StatusOr<std::unique_ptr<Reader>> OpenStep(const std::string& root, int64_t step,
+                                                 std::optional<int> rank) {
   ReaderOptions options;
   options.step = step;
+  options.rank = rank;
   return Reader::Open(root, options);
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -18,9 +19,14 @@ namespace ckpt::tools {
 // `OpenStep` opens checkpoint `step` of `root`: its manifest and, for a
 // delta, every base's manifest down to a full checkpoint are checked (a
 // missing or replaced base is kDataLoss naming it); no tensor data is read.
-absl::StatusOr<std::unique_ptr<Reader>> OpenStep(const std::string& root, int64_t step);
+// `rank` picks one rank's part of a multi-rank checkpoint (unset: the whole
+// of it, every rank's manifest checked); a rank the checkpoint does not have
+// is kNotFound (a single-process checkpoint has rank 0 alone).
+absl::StatusOr<std::unique_ptr<Reader>> OpenStep(const std::string& root, int64_t step,
+                                                 std::optional<int> rank = std::nullopt);
 
-// `VerifyStep` opens checkpoint `step` and verifies it (`Reader::Verify`),
+// `VerifyStep` opens checkpoint `step`, the whole of it (every rank's part
+// of a multi-rank one), and verifies it (`Reader::Verify`),
 // counting the tensor bytes checked on `bar` when it is drawn. Whatever
 // happens, the bar advances by exactly `budget` bytes (the checkpoint's
 // tensor bytes, from `TensorBytesByStep`): a failure counts the bytes it

@@ -243,9 +243,10 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
   Manifest m;
   CKPT_GET(j, "format_version", &m.format_version);
   if (m.format_version > kFormatVersion || m.format_version < 1) {
-    return absl::UnimplementedError(absl::StrCat("manifest ", path, ": format version ",
-                                                 m.format_version, " is not supported (this ckpt reads up to ",
-                                                 kFormatVersion, ")"));
+    return absl::UnimplementedError(absl::StrCat(
+        "manifest ", path, ": format version ", m.format_version,
+        " is not supported (this ckpt reads version ", kFormatVersion,
+        ", and 2 for the step manifest of a multi-rank checkpoint)"));
   }
   CKPT_GET(j, "step", &m.step);
   std::string kind;

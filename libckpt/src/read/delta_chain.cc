@@ -18,14 +18,14 @@ constexpr size_t kMaxChainLength = 100000;
 }  // namespace
 
 absl::StatusOr<DeltaChain> DeltaChain::Load(FileSystem& fs, const std::string& root,
-                                            int64_t step, absl::string_view manifest_name) {
+                                            int64_t step, std::optional<int> rank) {
   std::vector<ChainLink> chain;
   int64_t next = step;
   uint64_t expected_hash = 0;
   bool check_hash = false;
   while (true) {
     const std::string dir = JoinPath(root, CheckpointDirName(next));
-    auto manifest = LoadManifest(fs, dir, next, manifest_name);
+    auto manifest = rank.has_value() ? LoadRankPart(fs, dir, next, *rank) : LoadManifest(fs, dir, next);
     if (!manifest.ok()) {
       if (!chain.empty() && (manifest.status().code() == absl::StatusCode::kDataLoss ||
                              !fs.Stat(dir).ok())) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,10 +32,11 @@ class DeltaChain {
   // full checkpoint, checking each base against the manifest checksum its
   // dependant recorded (a base rewritten by compaction matches too). A
   // missing, damaged or mismatched base is kDataLoss naming both steps.
-  // In a multi-rank checkpoint, `manifest` names the rank's manifest, whose
-  // bases are the same rank's parts of the base steps.
+  // With `rank`, the chain of that rank's part of a multi-rank checkpoint,
+  // whose bases are the same rank's parts of the base steps (each checked
+  // against its step manifest, as `LoadRankPart` does).
   static absl::StatusOr<DeltaChain> Load(FileSystem& fs, const std::string& root, int64_t step,
-                                         absl::string_view manifest = kManifestName);
+                                         std::optional<int> rank = std::nullopt);
 
   // Links run from the full checkpoint (0) to the one opened (`size() - 1`).
   size_t size() const { return links_.size(); }

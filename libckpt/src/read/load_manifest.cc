@@ -86,6 +86,56 @@ absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, const std::string& dir,
   return ParseAndCheck(fs, dir, name, contents, expected_step);
 }
 
+namespace {
+
+// `dir`'s step manifest as a multi-rank one, for `expected_step`.
+absl::StatusOr<GlobalManifest> LoadGlobalManifest(FileSystem& fs, const std::string& dir,
+                                                  absl::string_view contents, int64_t expected_step) {
+  const std::string path = JoinPath(dir, kManifestName);
+  CKPT_ASSIGN_OR_RETURN(GlobalManifest global, ParseGlobalManifest(contents, path));
+  if (global.step != expected_step) {
+    return absl::DataLossError(absl::StrCat("manifest ", path, " is for step ", global.step,
+                                            ", not ", expected_step));
+  }
+  return global;
+}
+
+// Rank `part.rank`'s manifest in `dir`, checked against `part`.
+absl::StatusOr<Manifest> LoadListedPart(FileSystem& fs, const std::string& dir, int64_t step,
+                                        const RankPart& part) {
+  auto m = LoadManifest(fs, dir, step, part.manifest);
+  if (!m.ok()) {
+    if (m.status().code() != absl::StatusCode::kDataLoss) return m.status();
+    return absl::DataLossError(absl::StrCat("rank ", part.rank, "'s part of ", dir, ": ",
+                                            m.status().message()));
+  }
+  if (m->manifest_xxh3 != part.manifest_xxh3) {
+    return absl::DataLossError(absl::StrCat("manifest ", JoinPath(dir, part.manifest),
+                                            " is not the one ", JoinPath(dir, kManifestName),
+                                            " lists (checksum ", HashToHex(m->manifest_xxh3),
+                                            ", expected ", HashToHex(part.manifest_xxh3), ")"));
+  }
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<Manifest> LoadRankPart(FileSystem& fs, const std::string& dir, int64_t expected_step,
+                                      int rank) {
+  CKPT_ASSIGN_OR_RETURN(std::string contents, ReadManifestFile(fs, dir, kManifestName));
+  if (!LooksLikeGlobalManifest(contents)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", dir,
+                                            " is not a multi-rank checkpoint, so it has no rank ",
+                                            rank, "'s part"));
+  }
+  CKPT_ASSIGN_OR_RETURN(GlobalManifest global, LoadGlobalManifest(fs, dir, contents, expected_step));
+  if (rank < 0 || rank >= global.world_size) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", dir, " has ranks 0..", global.world_size - 1,
+                                            ", not rank ", rank));
+  }
+  return LoadListedPart(fs, dir, expected_step, global.ranks[rank]);
+}
+
 absl::StatusOr<StepManifest> LoadStepManifest(FileSystem& fs, const std::string& dir,
                                               int64_t expected_step) {
   CKPT_ASSIGN_OR_RETURN(std::string contents, ReadManifestFile(fs, dir, kManifestName));
@@ -94,28 +144,12 @@ absl::StatusOr<StepManifest> LoadStepManifest(FileSystem& fs, const std::string&
     CKPT_ASSIGN_OR_RETURN(step.single, ParseAndCheck(fs, dir, kManifestName, contents, expected_step));
     return step;
   }
-  const std::string path = JoinPath(dir, kManifestName);
   step.multi_rank = true;
-  CKPT_ASSIGN_OR_RETURN(step.global, ParseGlobalManifest(contents, path));
-  if (step.global.step != expected_step) {
-    return absl::DataLossError(absl::StrCat("manifest ", path, " is for step ", step.global.step,
-                                            ", not ", expected_step));
-  }
+  CKPT_ASSIGN_OR_RETURN(step.global, LoadGlobalManifest(fs, dir, contents, expected_step));
   step.parts.reserve(step.global.ranks.size());
   for (const RankPart& part : step.global.ranks) {
-    auto m = LoadManifest(fs, dir, expected_step, part.manifest);
-    if (!m.ok()) {
-      if (m.status().code() != absl::StatusCode::kDataLoss) return m.status();
-      return absl::DataLossError(absl::StrCat("rank ", part.rank, "'s part of ", dir, ": ",
-                                              m.status().message()));
-    }
-    if (m->manifest_xxh3 != part.manifest_xxh3) {
-      return absl::DataLossError(absl::StrCat("manifest ", JoinPath(dir, part.manifest),
-                                              " is not the one ", path, " lists (checksum ",
-                                              HashToHex(m->manifest_xxh3), ", expected ",
-                                              HashToHex(part.manifest_xxh3), ")"));
-    }
-    step.parts.push_back(std::move(*m));
+    CKPT_ASSIGN_OR_RETURN(Manifest m, LoadListedPart(fs, dir, expected_step, part));
+    step.parts.push_back(std::move(m));
   }
   return step;
 }

@@ -38,6 +38,13 @@ struct StepManifest {
 absl::StatusOr<StepManifest> LoadStepManifest(FileSystem& fs, const std::string& dir,
                                               int64_t expected_step);
 
+// Rank `rank`'s part of the multi-rank checkpoint in `dir`: its manifest,
+// checked against the step manifest's list (which must verify, be for
+// `expected_step` and have that rank), and its shards' sizes. kDataLoss
+// naming what is wrong.
+absl::StatusOr<Manifest> LoadRankPart(FileSystem& fs, const std::string& dir,
+                                      int64_t expected_step, int rank);
+
 }  // namespace ckpt::internal
 
 #endif  // CKPT_READ_LOAD_MANIFEST_H_
