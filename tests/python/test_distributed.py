@@ -23,6 +23,7 @@ passes. What is checked:
     when there is none.
 The c10d store adapter is tested against real stores first.
 """
+import importlib.util
 import json
 import os
 import re
@@ -233,6 +234,19 @@ def test_ddp_two_ranks_full_and_exact_deltas(root, workdir, ckpt_restore):
         ckpt.load(root)
     with pytest.raises(ValueError, match=r"multi-rank"):
         ckpt.load(root, into={"step": 0})
+
+    # ckpt.export: one rank's part under its saved names, or the whole (read
+    # back with the safetensors package, where it is installed).
+    part_path = ckpt.export(root, os.path.join(workdir, "rank1.safetensors"), step=steps, rank=1)
+    whole_path = ckpt.export(root, os.path.join(workdir, "all.safetensors"), step=steps)
+    if importlib.util.find_spec("safetensors") is not None:
+        from safetensors.torch import load_file
+        part, want = load_file(part_path), snaps[1][steps]["tensors"]
+        assert sorted(part) == sorted(want)
+        assert all(torch.equal(workers._bits(part[n]), workers._bits(want[n])) for n in want)
+        whole = load_file(whole_path)
+        assert {"rank0/rng", "rank1/rng", "model.0.weight"} <= set(whole)
+        assert torch.equal(whole["rank1/rng"], want["rng"])
 
     # ckpt-restore lists and verifies each multi-rank checkpoint as one unit.
     r = _restore(ckpt_restore, "--root", root, "--verify", "--all")

@@ -31,11 +31,14 @@ def _ckpt_restore():
     raise FileNotFoundError("ckpt: ckpt-restore not found (set CKPT_RESTORE, or put it on PATH)")
 
 
-def export(root, path, step=None, filter=None):  # noqa: A002 -- the CLI's name
+def export(root, path, step=None, filter=None, rank=None):  # noqa: A002 -- the CLI's name
     """Writes checkpoint `step` of `root` (None: the newest that verifies) as the
     safetensors file `path`: deltas resolved, every checksum verified, tensors
     named as saved ("model.0.weight", ...), the saved non-tensor values in the
     file's metadata. `filter`: keep only tensors whose names start with it.
+    `rank`: only rank r's part of a multi-rank checkpoint (its own tensors and
+    the replicated ones, under the names it saved); None: all of it (tensors
+    other than replicated ones named "rank<r>/<name>").
     Never overwrites `path` (FileExistsError). Raises CheckpointError (or
     CheckpointNotFoundError / CorruptCheckpointError) when the export fails.
     Returns `path`.
@@ -47,6 +50,10 @@ def export(root, path, step=None, filter=None):  # noqa: A002 -- the CLI's name
     args += ["--latest"] if step is None else ["--step", str(int(step))]
     if filter is not None:
         args += ["--filter", str(filter)]
+    if rank is not None:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise ValueError(f"ckpt: rank must be None or a rank >= 0, got {rank!r}")
+        args += ["--rank", str(rank)]
     done = subprocess.run(args, capture_output=True, text=True)
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip()
