@@ -44,7 +44,7 @@ class CoordinationStore {
   // Sets `key` to `value`, replacing any value it had.
   virtual absl::Status Set(const std::string& key, const std::string& value) = 0;
   // Waits until `key` exists and returns its value. kDeadlineExceeded when it
-  // did not appear within `timeout` (the engine asks for at most 200 ms at a
+  // did not appear within `timeout` (the engine asks for at most 1 s at a
   // time and at least 1 ms); kUnavailable when the store cannot be reached
   // (its host process died).
   virtual absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) = 0;

@@ -37,7 +37,7 @@ constexpr absl::string_view kOk = "ok";
 constexpr absl::string_view kErrorPrefix = "error:";
 // How long one wait on the store lasts before a waiter checks whether its
 // save was cancelled (or, rank 0, whether another rank aborted it).
-constexpr absl::Duration kWaitSlice = absl::Milliseconds(200);
+constexpr absl::Duration kWaitSlice = absl::Seconds(1);
 // The shortest wait asked of the store: a look at a key without waiting
 // (some stores read a zero timeout as "their default", or "for ever").
 constexpr absl::Duration kPeek = absl::Milliseconds(1);
