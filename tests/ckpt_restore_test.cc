@@ -165,9 +165,10 @@ class CkptRestoreTest : public ::testing::Test {
   std::string StepDir(int64_t step) const { return root_ + "/" + StepDirName(step); }
 
   // Where tensor `name` of checkpoint `step` lies, from its manifest.
-  TensorInfo Locate(int64_t step, const std::string& name) {
+  TensorInfo Locate(int64_t step, const std::string& name, std::optional<int> rank = std::nullopt) {
     ReaderOptions options;
     options.step = step;
+    options.rank = rank;
     auto reader = Reader::Open(root_, options);
     EXPECT_TRUE(reader.ok()) << reader.status();
     if (!reader.ok()) return {};
@@ -1105,15 +1106,7 @@ class CkptRestoreMultiRankTest : public CkptRestoreTest {
 
   // Where tensor `name` of rank `rank`'s part of `step` lies.
   TensorInfo LocateInRank(int64_t step, int rank, const std::string& name) {
-    ReaderOptions options;
-    options.step = step;
-    options.rank = rank;
-    auto reader = Reader::Open(root_, options);
-    EXPECT_TRUE(reader.ok()) << reader.status();
-    if (!reader.ok()) return {};
-    const TensorInfo* info = (*reader)->Find(name);
-    EXPECT_NE(info, nullptr) << name;
-    return info != nullptr ? *info : TensorInfo{};
+    return Locate(step, name, rank);
   }
 
   static uint64_t TotalBytes(const std::map<std::string, std::vector<uint8_t>>& tensors) {

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "distributed/rank_layout.h"
+#include "format/json_forms.h"
 #include "format/manifest.h"
 #include "util/hash.h"
 
@@ -57,11 +58,9 @@ absl::StatusOr<std::string> SerializeGlobalManifest(GlobalManifest* manifest) {
   j["world_size"] = m.world_size;
   j["created_unix_ns"] = m.created_unix_ns;
   j["writer"] = m.writer;
-  Json extras = Json::parse(m.extras_json, nullptr, /*allow_exceptions=*/false);
-  if (extras.is_discarded() || !extras.is_object()) {
-    return absl::InvalidArgumentError("extras are not a JSON object");
-  }
-  j["extras"] = std::move(extras);
+  absl::StatusOr<Json> extras = ExtrasObject(m.extras_json);
+  if (!extras.ok()) return extras.status();
+  j["extras"] = std::move(*extras);
   Json ranks = Json::array();
   for (const RankPart& r : m.ranks) {
     Json part = {{"rank", r.rank},

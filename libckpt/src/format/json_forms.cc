@@ -74,6 +74,15 @@ nlohmann::ordered_json TensorInfoObject(const TensorInfo& t) {
   return j;
 }
 
+absl::StatusOr<nlohmann::ordered_json> ExtrasObject(const std::string& extras_json) {
+  nlohmann::ordered_json extras =
+      nlohmann::ordered_json::parse(extras_json, nullptr, /*allow_exceptions=*/false);
+  if (extras.is_discarded() || !extras.is_object()) {
+    return absl::InvalidArgumentError("extras are not a JSON object");
+  }
+  return extras;
+}
+
 std::string DumpJson(const nlohmann::ordered_json& object) {
   return object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/status/statusor.h"
+
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
 
@@ -19,6 +21,10 @@ nlohmann::ordered_json TensorInfoObject(const TensorInfo& tensor);
 // `object` as compact text; invalid UTF-8 in a string (a path) is replaced,
 // never thrown.
 std::string DumpJson(const nlohmann::ordered_json& object);
+
+// A manifest's "extras": `extras_json` parsed, kInvalidArgument unless it is
+// a JSON object.
+absl::StatusOr<nlohmann::ordered_json> ExtrasObject(const std::string& extras_json);
 
 }  // namespace ckpt::internal
 

@@ -181,11 +181,9 @@ absl::StatusOr<std::string> SerializeManifest(Manifest* manifest) {
   j["created_unix_ns"] = m.created_unix_ns;
   j["writer"] = m.writer;
   j["alignment"] = m.alignment;
-  Json extras = Json::parse(m.extras_json, nullptr, /*allow_exceptions=*/false);
-  if (extras.is_discarded() || !extras.is_object()) {
-    return absl::InvalidArgumentError("extras are not a JSON object");
-  }
-  j["extras"] = std::move(extras);
+  absl::StatusOr<Json> extras = ExtrasObject(m.extras_json);
+  if (!extras.ok()) return extras.status();
+  j["extras"] = std::move(*extras);
   Json shards = Json::array();
   for (const ShardInfo& s : m.shards) shards.push_back({{"file", s.file}, {"bytes", s.bytes}});
   j["shards"] = std::move(shards);
