@@ -6,6 +6,9 @@
 // Multi-rank checkpoints are written by ranks that are threads of this
 // process (one Engine each, one in-process store), then listed, verified,
 // shown and exported as one unit, whole or one rank's part (--rank).
+// (Over 400 lines: one fixture that builds roots and runs the binary, and
+// the cases of every verb and exit code against it; they share the fixture,
+// so they stay in one binary.)
 // (About 1400 lines, over the house ~400: one test per documented flag and
 // exit code of one binary, sharing the run-the-tool fixture.)
 #include <fcntl.h>

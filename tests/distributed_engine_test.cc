@@ -1,3 +1,5 @@
+// (Over 400 lines: one suite of the multi-rank engine's cases, each short;
+// the shared ranks-as-threads helpers are in distributed_ranks.h.)
 // Multi-rank checkpoints (ckpt/distributed.h) with ranks as threads of this
 // process sharing an in-process store: every rank writes its part, the
 // checkpoint commits once for all or not at all, each rank reads its part

@@ -12,6 +12,9 @@ dead. Every rank has a deadline: `run_world` kills the ranks still alive when
 it passes (each dumps its threads' stacks into its log first), so a hang is a
 failure with a stack, not a stuck test.
 """
+# (Over 400 lines: the rank bodies of every scenario of test_distributed.py,
+# which the forkserver imports once; each scenario is a short function.)
+
 import datetime
 import faulthandler
 import itertools

@@ -1,3 +1,8 @@
+// `Persister`: a save's way from staged chunks to its commit, on one thread.
+// (Over 400 lines because WriteChunks is one loop over the stager, the
+// encoder and the I/O queue whose shared state would otherwise be passed
+// between pieces; the commit and failure paths sit beside it so the order of
+// what a failed save undoes reads in one place.)
 #include "engine/persister.h"
 
 #include <algorithm>

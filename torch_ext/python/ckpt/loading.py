@@ -1,4 +1,8 @@
 """ckpt.load and friends: reading checkpoints back into a nested state."""
+# (Over 400 lines: load, load(into=), describe, verify and list_steps share
+# the reader calls and the newest-first walk; the multi-rank agreement is in
+# _dist_load.py.)
+
 import collections
 import functools
 import json
