@@ -72,7 +72,8 @@ absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, i
       return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " was written by one process: it has no rank ",
                                               *rank, " (only rank 0)"));
     }
-    CKPT_ASSIGN_OR_RETURN(DeltaChain chain, DeltaChain::Load(fs, root, step));
+    CKPT_ASSIGN_OR_RETURN(DeltaChain chain,
+                          DeltaChain::Load(fs, root, step, std::nullopt, std::move(manifest.single)));
     view.extras_json = chain.opened().manifest.extras_json;
     view.tensors = chain.opened().manifest.tensors;
     for (const TensorInfo& t : view.tensors) view.sources.push_back(TensorSource{0, t.name});
@@ -86,19 +87,22 @@ absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, i
     return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " has ranks 0..", global.world_size - 1,
                                             ", not rank ", *rank));
   }
-  // The parts the view draws from: the rank's own and those holding
-  // replicated tensors (all of them, for the whole checkpoint).
+  // The parts the view draws from: the rank's own first (its tensors come
+  // first, in its order), then those holding replicated tensors, by rank
+  // (every part, for the whole checkpoint).
   std::vector<int> ranks;
+  if (rank.has_value()) ranks.push_back(*rank);
   for (int r = 0; r < global.world_size; ++r) {
     bool replicated = false;
     for (const TensorInfo& t : manifest.parts[r].tensors) {
       replicated |= t.placement == TensorPlacement::kReplicated;
     }
-    if (!rank.has_value() || r == *rank || replicated) ranks.push_back(r);
+    if (!rank.has_value() || (r != *rank && replicated)) ranks.push_back(r);
   }
   absl::flat_hash_set<std::string> names;
   for (int r : ranks) {
-    CKPT_ASSIGN_OR_RETURN(DeltaChain chain, DeltaChain::Load(fs, root, step, r));
+    CKPT_ASSIGN_OR_RETURN(DeltaChain chain,
+                          DeltaChain::Load(fs, root, step, r, std::move(manifest.parts[r])));
     const size_t part = view.parts.size();
     const bool own = rank.has_value() && r == *rank;
     for (const TensorInfo& t : chain.opened().manifest.tensors) {
@@ -114,30 +118,10 @@ absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, i
       view.sources.push_back(TensorSource{part, t.name});
       view.tensors.push_back(std::move(shown));
     }
-    view.extras_json = own ? chain.opened().manifest.extras_json : view.extras_json;
+    if (own) view.extras_json = chain.opened().manifest.extras_json;
     view.parts.push_back(ReaderPart{r, std::move(chain)});
   }
   if (!rank.has_value()) view.extras_json = global.extras_json;
-  // A rank's own tensors come first, in its order; then the replicated ones
-  // other ranks wrote, by rank.
-  if (rank.has_value()) {
-    std::vector<size_t> order(view.tensors.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return (view.tensors[a].rank != *rank) < (view.tensors[b].rank != *rank);
-    });
-    StepView sorted = std::move(view);
-    view.step = sorted.step;
-    view.dir = std::move(sorted.dir);
-    view.extras_json = std::move(sorted.extras_json);
-    view.world_size = sorted.world_size;
-    view.rank = sorted.rank;
-    view.parts = std::move(sorted.parts);
-    for (size_t i : order) {
-      view.tensors.push_back(std::move(sorted.tensors[i]));
-      view.sources.push_back(std::move(sorted.sources[i]));
-    }
-  }
   return view;
 }
 
@@ -176,7 +160,8 @@ class ReaderImpl final : public Reader {
     }
     return largest;
   }
-  // Reads tensor `name` of part `part` into `dst` (room for its raw bytes).
+  // Reads each of `names` (a part and the tensor's name in it) into the
+  // matching `dsts` entry (room for its raw bytes), verifying each.
   absl::Status ReadFromPart(std::span<const std::pair<size_t, const std::string*>> names,
                             std::span<char* const> dsts);
 

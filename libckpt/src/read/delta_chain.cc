@@ -18,14 +18,17 @@ constexpr size_t kMaxChainLength = 100000;
 }  // namespace
 
 absl::StatusOr<DeltaChain> DeltaChain::Load(FileSystem& fs, const std::string& root,
-                                            int64_t step, std::optional<int> rank) {
+                                            int64_t step, std::optional<int> rank,
+                                            std::optional<Manifest> head) {
   std::vector<ChainLink> chain;
   int64_t next = step;
   uint64_t expected_hash = 0;
   bool check_hash = false;
   while (true) {
     const std::string dir = JoinPath(root, CheckpointDirName(next));
-    auto manifest = rank.has_value() ? LoadRankPart(fs, dir, next, *rank) : LoadManifest(fs, dir, next);
+    absl::StatusOr<Manifest> manifest = chain.empty() && head.has_value() ? std::move(*head)
+                                        : rank.has_value() ? LoadRankPart(fs, dir, next, *rank)
+                                                           : LoadManifest(fs, dir, next);
     if (!manifest.ok()) {
       if (!chain.empty() && (manifest.status().code() == absl::StatusCode::kDataLoss ||
                              !fs.Stat(dir).ok())) {

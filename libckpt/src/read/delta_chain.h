@@ -35,8 +35,11 @@ class DeltaChain {
   // With `rank`, the chain of that rank's part of a multi-rank checkpoint,
   // whose bases are the same rank's parts of the base steps (each checked
   // against its step manifest, as `LoadRankPart` does).
+  // `head`, when given, is step `step`'s manifest (or rank part) as the
+  // caller already loaded and checked it: it is not read again.
   static absl::StatusOr<DeltaChain> Load(FileSystem& fs, const std::string& root, int64_t step,
-                                         std::optional<int> rank = std::nullopt);
+                                         std::optional<int> rank = std::nullopt,
+                                         std::optional<Manifest> head = std::nullopt);
 
   // Links run from the full checkpoint (0) to the one opened (`size() - 1`).
   size_t size() const { return links_.size(); }
