@@ -14,27 +14,23 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-absl::Status Corrupt(absl::string_view path, absl::string_view what) {
-  return absl::DataLossError(absl::StrCat("manifest ", path, ": ", what));
-}
-
 // The integer member `key` of `j` (kDataLoss naming it if missing or not an
 // integer in [lo, hi]).
 absl::StatusOr<int64_t> IntField(const Json& j, const char* key, int64_t lo, int64_t hi,
                                  absl::string_view path) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number_integer()) {
-    return Corrupt(path, absl::StrCat("field \"", key, "\" is missing or not an integer"));
+    return CorruptManifest(path, absl::StrCat("field \"", key, "\" is missing or not an integer"));
   }
   const int64_t v = it->get<int64_t>();
-  if (v < lo || v > hi) return Corrupt(path, absl::StrCat("field \"", key, "\" is out of range: ", v));
+  if (v < lo || v > hi) return CorruptManifest(path, absl::StrCat("field \"", key, "\" is out of range: ", v));
   return v;
 }
 
 absl::StatusOr<std::string> StringField(const Json& j, const char* key, absl::string_view path) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_string()) {
-    return Corrupt(path, absl::StrCat("field \"", key, "\" is missing or not a string"));
+    return CorruptManifest(path, absl::StrCat("field \"", key, "\" is missing or not a string"));
   }
   return it->get<std::string>();
 }
@@ -75,13 +71,7 @@ absl::StatusOr<std::string> SerializeGlobalManifest(GlobalManifest* manifest) {
     ranks.push_back(std::move(part));
   }
   j["ranks"] = std::move(ranks);
-  std::string text;
-  try {
-    text = j.dump(1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::strict);
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot encode manifest: ", e.what()));
-  }
-  return SealManifestText(std::move(text), &manifest->manifest_xxh3);
+  return SealManifest(j, &manifest->manifest_xxh3);
 }
 
 absl::StatusOr<GlobalManifest> ParseGlobalManifest(absl::string_view contents,
@@ -89,7 +79,7 @@ absl::StatusOr<GlobalManifest> ParseGlobalManifest(absl::string_view contents,
   auto checksum = CheckManifestChecksum(contents, path);
   if (!checksum.ok()) return checksum.status();
   Json j = Json::parse(contents, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Corrupt(path, "not a JSON object");
+  if (j.is_discarded() || !j.is_object()) return CorruptManifest(path, "not a JSON object");
   GlobalManifest m;
   m.manifest_xxh3 = *checksum;
   auto version = IntField(j, "format_version", 0, INT32_MAX, path);
@@ -100,7 +90,7 @@ absl::StatusOr<GlobalManifest> ParseGlobalManifest(absl::string_view contents,
                                                  kMultiRankFormatVersion, ")"));
   }
   if (*version != kMultiRankFormatVersion) {
-    return Corrupt(path, absl::StrCat("format version ", *version, " is not a multi-rank manifest"));
+    return CorruptManifest(path, absl::StrCat("format version ", *version, " is not a multi-rank manifest"));
   }
   m.format_version = static_cast<int>(*version);
   auto step = IntField(j, "step", 0, INT64_MAX, path);
@@ -112,11 +102,11 @@ absl::StatusOr<GlobalManifest> ParseGlobalManifest(absl::string_view contents,
   auto kind_name = StringField(j, "kind", path);
   if (!kind_name.ok()) return kind_name.status();
   std::optional<CheckpointKind> kind = ParseCheckpointKind(*kind_name);
-  if (!kind.has_value()) return Corrupt(path, absl::StrCat("unknown kind \"", *kind_name, "\""));
+  if (!kind.has_value()) return CorruptManifest(path, absl::StrCat("unknown kind \"", *kind_name, "\""));
   m.kind = *kind;
   if (m.kind == CheckpointKind::kDelta) {
     auto base = j.find("base");
-    if (base == j.end() || !base->is_object()) return Corrupt(path, "delta without a base");
+    if (base == j.end() || !base->is_object()) return CorruptManifest(path, "delta without a base");
     auto base_step = IntField(*base, "step", 0, m.step - 1, path);
     if (!base_step.ok()) return base_step.status();
     m.base_step = *base_step;
@@ -124,7 +114,7 @@ absl::StatusOr<GlobalManifest> ParseGlobalManifest(absl::string_view contents,
     if (!mode_name.ok()) return mode_name.status();
     std::optional<DeltaOptions::Mode> mode = ParseDeltaMode(*mode_name);
     if (!mode.has_value() || *mode == DeltaOptions::Mode::kNone) {
-      return Corrupt(path, absl::StrCat("unknown delta_mode \"", *mode_name, "\""));
+      return CorruptManifest(path, absl::StrCat("unknown delta_mode \"", *mode_name, "\""));
     }
     m.delta_mode = *mode;
   }
@@ -135,38 +125,38 @@ absl::StatusOr<GlobalManifest> ParseGlobalManifest(absl::string_view contents,
   if (!writer.ok()) return writer.status();
   m.writer = *writer;
   auto extras = j.find("extras");
-  if (extras == j.end() || !extras->is_object()) return Corrupt(path, "extras is not an object");
+  if (extras == j.end() || !extras->is_object()) return CorruptManifest(path, "extras is not an object");
   m.extras_json = extras->dump();
   auto ranks = j.find("ranks");
   if (ranks == j.end() || !ranks->is_array() || ranks->size() != static_cast<size_t>(m.world_size)) {
-    return Corrupt(path, absl::StrCat("ranks is not an array of world_size (", m.world_size,
+    return CorruptManifest(path, absl::StrCat("ranks is not an array of world_size (", m.world_size,
                                       ") parts"));
   }
   bool any_delta = false;
   for (size_t i = 0; i < ranks->size(); ++i) {
     const Json& r = (*ranks)[i];
-    if (!r.is_object()) return Corrupt(path, absl::StrCat("part #", i, " is not an object"));
+    if (!r.is_object()) return CorruptManifest(path, absl::StrCat("part #", i, " is not an object"));
     RankPart part;
     auto rank = IntField(r, "rank", i, i, path);
-    if (!rank.ok()) return Corrupt(path, absl::StrCat("part #", i, " is not rank ", i));
+    if (!rank.ok()) return CorruptManifest(path, absl::StrCat("part #", i, " is not rank ", i));
     part.rank = static_cast<int>(*rank);
     auto name = StringField(r, "manifest", path);
     if (!name.ok()) return name.status();
     if (*name != RankManifestName(part.rank)) {
-      return Corrupt(path, absl::StrCat("part #", i, " names manifest \"", *name, "\", not \"",
+      return CorruptManifest(path, absl::StrCat("part #", i, " names manifest \"", *name, "\", not \"",
                                         RankManifestName(part.rank), "\""));
     }
     part.manifest = *name;
     auto hash_hex = StringField(r, "manifest_xxh3", path);
     if (!hash_hex.ok()) return hash_hex.status();
     auto hash = HashFromHex(*hash_hex);
-    if (!hash.ok()) return Corrupt(path, hash.status().message());
+    if (!hash.ok()) return CorruptManifest(path, hash.status().message());
     part.manifest_xxh3 = *hash;
     auto part_kind_name = StringField(r, "kind", path);
     if (!part_kind_name.ok()) return part_kind_name.status();
     std::optional<CheckpointKind> part_kind = ParseCheckpointKind(*part_kind_name);
     if (!part_kind.has_value()) {
-      return Corrupt(path, absl::StrCat("part #", i, ": unknown kind \"", *part_kind_name, "\""));
+      return CorruptManifest(path, absl::StrCat("part #", i, ": unknown kind \"", *part_kind_name, "\""));
     }
     part.kind = *part_kind;
     if (part.kind == CheckpointKind::kDelta) {
@@ -175,7 +165,7 @@ absl::StatusOr<GlobalManifest> ParseGlobalManifest(absl::string_view contents,
       if (!base_step.ok()) return base_step.status();
       part.base_step = *base_step;
       if (m.kind != CheckpointKind::kDelta || part.base_step != m.base_step) {
-        return Corrupt(path, absl::StrCat("part #", i, " is a delta of step ", part.base_step,
+        return CorruptManifest(path, absl::StrCat("part #", i, " is a delta of step ", part.base_step,
                                           " but the checkpoint's base is ", m.base_step));
       }
     }
@@ -194,7 +184,7 @@ absl::StatusOr<GlobalManifest> ParseGlobalManifest(absl::string_view contents,
     m.ranks.push_back(std::move(part));
   }
   if (m.kind == CheckpointKind::kDelta && !any_delta) {
-    return Corrupt(path, "a delta checkpoint none of whose parts is a delta");
+    return CorruptManifest(path, "a delta checkpoint none of whose parts is a delta");
   }
   return m;
 }

@@ -21,13 +21,12 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// (The parser's short name for CorruptManifest.)
+constexpr auto& Corrupt = CorruptManifest;
+
 constexpr absl::string_view kChecksumHead = ",\n \"manifest_xxh3\": \"";
 constexpr absl::string_view kChecksumTail = "\"\n}\n";
 constexpr size_t kChecksumTrailerBytes = kChecksumHead.size() + 16 + kChecksumTail.size();
-
-absl::Status Corrupt(absl::string_view path, absl::string_view what) {
-  return absl::DataLossError(absl::StrCat("manifest ", path, ": ", what));
-}
 
 // Typed field access that reports, rather than throws, a missing or mistyped
 // member.
@@ -194,16 +193,20 @@ absl::StatusOr<std::string> SerializeManifest(Manifest* manifest) {
     tensors.back().erase("rank");  // a rank's manifest is the rank's own
   }
   j["tensors"] = std::move(tensors);
+  return SealManifest(j, &manifest->manifest_xxh3);
+}
+
+absl::Status CorruptManifest(absl::string_view path, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("manifest ", path, ": ", what));
+}
+
+absl::StatusOr<std::string> SealManifest(const Json& object, uint64_t* hash) {
   std::string text;
   try {
-    text = j.dump(1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::strict);
+    text = object.dump(1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::strict);
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot encode manifest: ", e.what()));
   }
-  return SealManifestText(std::move(text), &manifest->manifest_xxh3);
-}
-
-std::string SealManifestText(std::string text, uint64_t* hash) {
   // `text` ends with "\n}": drop the brace, append the checksum member.
   text.resize(text.size() - 2);
   *hash = Xxh3(text.data(), text.size());

@@ -8,6 +8,8 @@
 #include "absl/strings/string_view.h"
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/status/statusor.h"
 #include "ckpt/reader.h"
 #include "format/shard_plan.h"
@@ -76,11 +78,13 @@ void PlaceRawRecords(const PlannedShard& shard, uint64_t file_bytes, Manifest* m
 // Sets `manifest->manifest_xxh3`.
 absl::StatusOr<std::string> SerializeManifest(Manifest* manifest);
 
-// The checksum trailer every manifest ends with: `text` is a JSON object
-// as nlohmann's dump(1) writes it (ending in "\n}"); returns the file
-// contents, whose last member "manifest_xxh3" is `*hash`, the XXH3-64 of
-// every byte before the comma that precedes it.
-std::string SealManifestText(std::string text, uint64_t* hash);
+// `object` as manifest file contents: one member per line at the top level,
+// then the checksum trailer every manifest ends with — a last member
+// "manifest_xxh3", `*hash`, the XXH3-64 of every byte before the comma that
+// precedes it. kInvalidArgument if `object` cannot be encoded.
+absl::StatusOr<std::string> SealManifest(const nlohmann::ordered_json& object, uint64_t* hash);
+// kDataLoss "manifest <path>: <what>": how manifest parsers report damage.
+absl::Status CorruptManifest(absl::string_view path, absl::string_view what);
 // Checks the size bound, the trailer's shape and the checksum of
 // `contents`; returns the checksum. kDataLoss naming `path`.
 absl::StatusOr<uint64_t> CheckManifestChecksum(absl::string_view contents, absl::string_view path);
