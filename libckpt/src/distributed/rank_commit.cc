@@ -129,14 +129,24 @@ void RankCommitter::AnnounceStep(int64_t step) {
 }
 
 absl::StatusOr<std::string> RankCommitter::WaitFor(const std::string& key, absl::Time deadline,
-                                                   const CancelledFn& cancelled) {
+                                                   const InterruptFn& interrupt) {
   while (true) {
     const absl::Duration left = std::max(kPeek, deadline - absl::Now());
     auto value = options_.store->Get(key, std::min(left, kWaitSlice));
     if (value.ok() || !absl::IsDeadlineExceeded(value.status())) return value;
+    if (interrupt) {
+      absl::Status interrupted = interrupt();
+      if (!interrupted.ok()) return interrupted;
+    }
     if (absl::Now() >= deadline) return value;
-    if (cancelled && cancelled()) return absl::CancelledError("save cancelled: engine closing");
   }
+}
+
+RankCommitter::InterruptFn RankCommitter::OnCancel(const CancelledFn& cancelled) {
+  return [cancelled]() {
+    return cancelled && cancelled() ? absl::CancelledError("save cancelled: engine closing")
+                                    : absl::OkStatus();
+  };
 }
 
 absl::Status RankCommitter::DecideAbort(const std::string& temp_dir, const absl::Status& reason) {
@@ -181,22 +191,21 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
   // up) may decide to abort meanwhile, which ends the wait at once.
   std::vector<Json> reports(world_size());
   std::vector<int> missing;
-  for (int r = 1; r < world_size(); ++r) {
-    const std::string key = SaveKey(temp_dir, absl::StrCat("report/", r));
-    absl::StatusOr<std::string> value;
-    while (true) {
-      const absl::Time until = missing.empty() ? deadline : absl::Now();
-      const absl::Duration left = std::max(kPeek, until - absl::Now());
-      value = options_.store->Get(key, std::min(left, kWaitSlice));
-      if (value.ok() || !absl::IsDeadlineExceeded(value.status())) break;
-      auto decided = options_.store->Get(decision_key, kPeek);
-      if (decided.ok()) return DecideAbort(temp_dir, absl::AbortedError("aborted by another rank"));
-      if (absl::Now() >= until) break;
-      if (cancelled && cancelled()) {
-        return DecideAbort(temp_dir, absl::CancelledError(absl::StrCat(
-                                         "save of step ", step, " cancelled on rank 0: engine closing")));
-      }
+  absl::Status interruption;
+  const InterruptFn interrupt = [&]() {
+    if (options_.store->Get(decision_key, kPeek).ok()) {
+      interruption = absl::AbortedError("aborted by another rank");  // (the decision stands)
+    } else if (cancelled && cancelled()) {
+      interruption = absl::CancelledError(
+          absl::StrCat("save of step ", step, " cancelled on rank 0: engine closing"));
     }
+    return interruption;
+  };
+  for (int r = 1; r < world_size(); ++r) {
+    // Once a rank is missing, the rest are only looked at.
+    absl::StatusOr<std::string> value = WaitFor(SaveKey(temp_dir, absl::StrCat("report/", r)),
+                                                missing.empty() ? deadline : absl::Now(), interrupt);
+    if (!interruption.ok()) return DecideAbort(temp_dir, interruption);
     if (!value.ok()) {
       if (absl::IsDeadlineExceeded(value.status())) {
         missing.push_back(r);
@@ -340,7 +349,7 @@ absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const Ca
   const absl::Duration patience =
       options_.commit_timeout + options_.commit_timeout / 10 + absl::Seconds(1);
   const absl::Time reported = absl::Now();
-  auto decision = WaitFor(decision_key, reported + patience, cancelled);
+  auto decision = WaitFor(decision_key, reported + patience, OnCancel(cancelled));
   times_.ranks_wait_s = absl::ToDoubleSeconds(absl::Now() - reported);
   if (!decision.ok()) {
     if (!absl::IsDeadlineExceeded(decision.status()) && !absl::IsCancelled(decision.status())) {

@@ -91,10 +91,14 @@ class RankCommitter {
 
  private:
   std::string SaveKey(const std::string& temp_dir, absl::string_view what) const;
-  // Waits for `key` until `deadline`, in slices, so a cancelled save stops
-  // waiting soon.
+  // Waits for `key` until `deadline`, in slices; after each slice that ends
+  // without it, `interrupt` (if set) may end the wait with its non-OK status
+  // (a cancelled save, a decision another rank took).
+  using InterruptFn = std::function<absl::Status()>;
   absl::StatusOr<std::string> WaitFor(const std::string& key, absl::Time deadline,
-                                      const CancelledFn& cancelled);
+                                      const InterruptFn& interrupt);
+  // An interrupt for a save that `cancelled` says was given up.
+  static InterruptFn OnCancel(const CancelledFn& cancelled);
   // Sets the save's decision to abort for `reason` unless one was taken;
   // returns the status the save ends with (the decision that stands).
   absl::Status DecideAbort(const std::string& temp_dir, const absl::Status& reason);
