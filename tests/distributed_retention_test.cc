@@ -54,8 +54,8 @@ TEST(DistributedEngine, RetentionTreatsAMultiRankCheckpointAsOneUnitAndNeverBrea
   auto hot = ListSteps(root);
   ASSERT_TRUE(hot.ok());
   EXPECT_EQ(*hot, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
-  // Moving: with keep_every=3 only... (nothing leaves: every step is a base
-  // of a kept delta). Drop the rule and move what the last step needs not.
+  // (Nothing left: every step is a base of a kept delta.) Without
+  // keep_every, what step 6's chain does not need moves to the cold tier.
   policy.keep_every = 0;
   actions = tools::RunRetention(root, policy);
   ASSERT_TRUE(actions.ok()) << actions.status();
