@@ -21,61 +21,63 @@
 namespace ckpt::testing {
 namespace {
 
+// What the watchdog thread watches. Never freed: the detached thread may
+// still read it while the process exits (gtest deletes its listeners then).
+struct WatchState {
+  std::mutex mu;
+  std::string name;
+  std::chrono::steady_clock::time_point started;
+  bool running = false;
+};
+
+[[noreturn]] void Watch(WatchState* state, std::chrono::seconds limit) {
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    std::string name;
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (!state->running || std::chrono::steady_clock::now() - state->started < limit) continue;
+      name = state->name;
+    }
+    std::fprintf(stderr, "\n*** %s has run for more than %lld s: it hangs. Every thread's stack:\n",
+                 name.c_str(), static_cast<long long>(limit.count()));
+    std::fflush(stderr);
+    const std::string gdb = "gdb -p " + std::to_string(getpid()) +
+                            " -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' "
+                            "</dev/null 1>&2 2>/dev/null || echo '(gdb is not installed)' 1>&2";
+    (void)std::system(gdb.c_str());
+    std::fprintf(stderr, "*** aborting %s\n", name.c_str());
+    std::fflush(stderr);
+    ::abort();
+  }
+}
+
 class HangWatchdog final : public ::testing::EmptyTestEventListener {
  public:
-  explicit HangWatchdog(std::chrono::seconds limit) : limit_(limit) {
-    thread_ = std::thread([this] { Watch(); });
-    thread_.detach();  // lives as long as the process
-  }
+  explicit HangWatchdog(WatchState* state) : state_(state) {}
 
   void OnTestStart(const ::testing::TestInfo& info) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    name_ = std::string(info.test_suite_name()) + "." + info.name();
-    started_ = std::chrono::steady_clock::now();
-    running_ = true;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->name = std::string(info.test_suite_name()) + "." + info.name();
+    state_->started = std::chrono::steady_clock::now();
+    state_->running = true;
   }
   void OnTestEnd(const ::testing::TestInfo&) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_ = false;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->running = false;
   }
 
  private:
-  void Watch() {
-    while (true) {
-      std::this_thread::sleep_for(std::chrono::seconds(5));
-      std::string name;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!running_ || std::chrono::steady_clock::now() - started_ < limit_) continue;
-        name = name_;
-      }
-      std::fprintf(stderr, "\n*** %s has run for more than %lld s: it hangs. Every thread's stack:\n",
-                   name.c_str(), static_cast<long long>(limit_.count()));
-      std::fflush(stderr);
-      const std::string gdb = "gdb -p " + std::to_string(getpid()) +
-                              " -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' "
-                              "</dev/null 1>&2 2>/dev/null || echo '(gdb is not installed)' 1>&2";
-      (void)std::system(gdb.c_str());
-      std::fprintf(stderr, "*** aborting %s\n", name.c_str());
-      std::fflush(stderr);
-      ::abort();
-    }
-  }
-
-  const std::chrono::seconds limit_;
-  std::mutex mu_;
-  std::string name_;
-  std::chrono::steady_clock::time_point started_;
-  bool running_ = false;
-  std::thread thread_;
+  WatchState* const state_;
 };
 
 const bool kInstalled = [] {
   long seconds = 600;
   if (const char* env = getenv("CKPT_TEST_HANG_S"); env != nullptr) seconds = atol(env);
   if (seconds > 0) {
-    ::testing::UnitTest::GetInstance()->listeners().Append(
-        new HangWatchdog(std::chrono::seconds(seconds)));
+    static WatchState* const state = new WatchState;
+    std::thread(Watch, state, std::chrono::seconds(seconds)).detach();  // lives as long as the process
+    ::testing::UnitTest::GetInstance()->listeners().Append(new HangWatchdog(state));
   }
   return true;
 }();
