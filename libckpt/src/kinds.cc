@@ -62,13 +62,15 @@ absl::string_view TensorPlacementName(TensorPlacement placement) {
     case TensorPlacement::kDefault: return "default";
     case TensorPlacement::kReplicated: return "replicated";
     case TensorPlacement::kRankLocal: return "rank_local";
+    case TensorPlacement::kSharded: return "sharded";
   }
   return "unknown";
 }
 
 std::optional<TensorPlacement> ParseTensorPlacement(absl::string_view name) {
   for (TensorPlacement p :
-       {TensorPlacement::kDefault, TensorPlacement::kReplicated, TensorPlacement::kRankLocal}) {
+       {TensorPlacement::kDefault, TensorPlacement::kReplicated, TensorPlacement::kRankLocal,
+        TensorPlacement::kSharded}) {
     if (TensorPlacementName(p) == name) return p;
   }
   return std::nullopt;

@@ -89,6 +89,15 @@ enum class TensorPlacement : uint8_t {
   // This rank's own, and other ranks may save the same name with other
   // contents (an RNG state, a data-loader position).
   kRankLocal,
+  // One chunk of a global tensor (a DTensor's local shard): the view's
+  // `global_shape` and `global_offset` say where it lies. Every rank saves
+  // its own chunk under the global tensor's name; the chunks of one name
+  // must agree on dtype and global shape, lie inside it, not overlap and
+  // together cover it, or the save fails naming the tensor. A reader shows
+  // the global tensor, and reads any region of it from the chunks that
+  // overlap it (ckpt/reader.h, `ReadRegions`). A single-process engine
+  // takes only a chunk that is its whole global tensor.
+  kSharded,
 };
 
 // "default", "replicated", "rank_local": the names manifests use.

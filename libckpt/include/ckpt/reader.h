@@ -47,6 +47,20 @@ struct TensorInfo {
   // which rank's part holds it (0 in a single-process checkpoint).
   TensorPlacement placement = TensorPlacement::kDefault;
   int rank = 0;
+  // `kSharded`: a global tensor saved in chunks by several ranks. Every view
+  // of the checkpoint shows it once, whole: `shape` is the global shape,
+  // `raw_bytes` its size, `stored_bytes` the sum of its chunks' records,
+  // `rank` -1, and `chunks` where each piece lies (`shard`, `offset`, `xxh3`,
+  // `encoding` and `error_bound` describe no single record and are empty;
+  // `error_bound` is the chunks' largest).
+  struct Chunk {
+    int rank = 0;
+    std::vector<int64_t> offset;  // where it starts in the global tensor
+    std::vector<int64_t> shape;
+    uint64_t stored_bytes = 0;
+    RecordEncoding encoding = RecordEncoding::kRaw;
+  };
+  std::vector<Chunk> chunks;
 };
 
 // Where `Reader::ReadInto` puts one tensor.
@@ -54,6 +68,17 @@ struct ReadTarget {
   std::string name;
   void* data = nullptr;
   size_t capacity = 0;  // must be >= the tensor's raw_bytes
+};
+
+// Where `Reader::ReadRegions` puts one box of a tensor: elements
+// `offset[d] .. offset[d] + shape[d]` of every dimension `d`, row-major and
+// contiguous at `data`.
+struct RegionTarget {
+  std::string name;
+  std::vector<int64_t> offset;
+  std::vector<int64_t> shape;
+  void* data = nullptr;
+  size_t capacity = 0;  // must be >= the region's bytes
 };
 
 // Told how many more tensor bytes (raw, as restored) were checked.
@@ -84,6 +109,17 @@ class Reader {
   // verifying each. Memory that is 4 KiB-aligned is filled directly by
   // O_DIRECT reads; other memory through the reader's buffers.
   virtual absl::Status ReadInto(std::span<const ReadTarget> targets) = 0;
+  // Reads a box of each named tensor into caller memory (a sharded tensor's
+  // slice that this rank holds after resharding, say). Only what overlaps
+  // the box is read: of a sharded tensor only the chunks that overlap it,
+  // and of a record stored whole (not compressed, not a delta) only the
+  // blocks of it that do, each checked against its own xxh3 (docs/format.md,
+  // `block_xxh3`). Other records are read whole and checked. kInvalidArgument
+  // for a box outside the tensor or a target too small.
+  virtual absl::Status ReadRegions(std::span<const RegionTarget> targets) = 0;
+  // Bytes this reader has asked its shard files for so far (aligned reads
+  // included): what the reads above cost.
+  virtual uint64_t bytes_read() const = 0;
   // Reads one tensor into new memory.
   virtual absl::StatusOr<Tensor> Read(absl::string_view name) = 0;
   // Reads every tensor into new memory, in manifest order.

@@ -45,6 +45,11 @@ struct TensorView {
   // Multi-rank saves (ckpt/distributed.h): replicated, rank-local, or the
   // rank's own. Ignored by single-process engines.
   TensorPlacement placement = TensorPlacement::kDefault;
+  // For `kSharded` (ignored otherwise): the shape of the global tensor this
+  // view is a chunk of, and where the chunk starts in it — one entry per
+  // dimension each, `shape` being the chunk's own.
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> global_offset;
 };
 
 // `NumElements` is the product of `shape` (1 for a scalar), or
