@@ -109,6 +109,33 @@ class RecordHasherTest : public ::testing::Test {
   std::vector<std::vector<uint8_t>> bytes_;
 };
 
+// Block hashes (a sharded chunk's) come out of the same pass: one per
+// `block` bytes of the record, the last one short, whatever the chunking.
+TEST_F(RecordHasherTest, HashesEachBlockOfTheRecordsThatAskForThem) {
+  for (size_t chunk : {size_t{4096}, size_t{12288}, size_t{65536}}) {
+    std::vector<uint64_t> hashes(9, 0);
+    std::vector<uint64_t> block_bytes(9, 0);
+    block_bytes[4] = 8192;  // 40000 bytes: four whole blocks and 7232
+    block_bytes[5] = 4096;  // exactly one block
+    std::vector<std::vector<uint64_t>> blocks(9);
+    RecordHasher hasher(plan_, hashes, block_bytes, &blocks);
+    for (size_t s = 0; s < plan_.size(); ++s) {
+      for (const StagedChunk& c : Chunks(s, chunk)) ASSERT_TRUE(hasher.Consume(c, Data(c)).ok());
+    }
+    ASSERT_TRUE(hasher.Finish().ok());
+    for (size_t t : {4, 5}) {
+      const PlannedRecord& r = plan_[0].records[t];
+      std::vector<uint64_t> want;
+      for (uint64_t at = 0; at < r.bytes; at += block_bytes[t]) {
+        want.push_back(Xxh3(bytes_[0].data() + r.offset + at, std::min<uint64_t>(block_bytes[t], r.bytes - at)));
+      }
+      EXPECT_EQ(blocks[t], want) << "tensor " << t << ", chunk " << chunk;
+      EXPECT_EQ(hashes[t], Want(0, r));
+    }
+    EXPECT_TRUE(blocks[1].empty());
+  }
+}
+
 TEST_F(RecordHasherTest, HashesEveryRecordWhateverTheChunkSize) {
   for (size_t chunk : {size_t{4096}, size_t{8192}, size_t{65536}, size_t{1 << 20}}) {
     std::vector<uint64_t> hashes(9, 0);

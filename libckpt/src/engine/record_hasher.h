@@ -58,7 +58,7 @@ class RecordHasher {
 
   const std::vector<PlannedShard>& plan_;
   std::vector<uint64_t>& hashes_;
-  const std::vector<uint64_t>& block_bytes_;
+  const std::vector<uint64_t> block_bytes_;  // a copy: callers may pass a temporary
   std::vector<std::vector<uint64_t>>* const block_hashes_;
   std::vector<Cursor> cursors_;
 };
