@@ -1384,6 +1384,67 @@ TEST_F(CkptRestoreMultiRankTest, RankRestoresOneRanksPart) {
   ExpectError({"--root", root_, "--latest", "--rank", "7", "--json"}, 3, "not rank 7");
 }
 
+// A sharded tensor (two ranks' chunks of one global tensor) is listed,
+// verified and exported as the global tensor.
+TEST_F(CkptRestoreTest, ShardedTensorsAreShownAndExportedWhole) {
+  const OwnedTensor global = RandomTensor("embed.weight", DType::kFloat32, {9, 5}, 77);
+  std::shared_ptr<CoordinationStore> store = NewInProcessStore();
+  std::vector<absl::Status> results(kWorld);
+  auto save_as = [&](int rank) -> absl::Status {
+    EngineOptions options;
+    options.distributed.rank = rank;
+    options.distributed.world_size = kWorld;
+    options.distributed.store = store;
+    options.distributed.commit_timeout = absl::Seconds(30);
+    auto engine = Engine::Open(root_, options);
+    if (!engine.ok()) return engine.status();
+    const int64_t rows = rank == 0 ? 5 : 4;  // Shard(0) of 9 rows
+    TensorView v{global.name, global.dtype, {rows, 5}, global.bytes.data() + rank * 5 * 5 * 4,
+                 static_cast<size_t>(rows * 5 * 4)};
+    v.placement = TensorPlacement::kSharded;
+    v.global_shape = global.shape;
+    v.global_offset = {rank * 5, 0};
+    auto handle = (*engine)->SaveAsync(3, {&v, 1});
+    if (!handle.ok()) return handle.status();
+    absl::Status saved = testing::WaitOrDie(**handle, kRankDeadline, absl::StrCat("rank ", rank));
+    if (!saved.ok()) return saved;
+    return (*engine)->Close();
+  };
+  testing::RunOrDie(
+      [&] {
+        std::vector<std::thread> threads;
+        for (int r = 0; r < kWorld; ++r) threads.emplace_back([&, r] { results[r] = save_as(r); });
+        for (std::thread& t : threads) t.join();
+      },
+      kRankDeadline, "saving a sharded checkpoint");
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+
+  RunResult r = Run({"--root", root_, "--step", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  std::string row;
+  for (const std::string& line : Lines(r.out)) {
+    if (absl::StartsWith(line, "embed.weight ")) row = line;
+  }
+  EXPECT_TRUE(Contains(row, "[9, 5]") && Contains(row, " sharded ") && Contains(row, " 0-1 ") &&
+              Contains(row, "2 chunks")) << r;
+  EXPECT_TRUE(Contains(r.out, "1 tensors, 180 B in 2 shards")) << r;
+  r = Run({"--root", root_, "--step", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const Json shown = Json::parse(r.out)["tensors"][0];
+  EXPECT_EQ(shown["placement"], "sharded");
+  ASSERT_EQ(shown["chunks"].size(), 2u);
+  EXPECT_EQ(shown["chunks"][1]["offset"], Json::array({5, 0}));
+  EXPECT_EQ(shown["chunks"][1]["shape"], Json::array({4, 5}));
+  r = Run({"--root", root_, "--verify", "--step", "3"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  const std::string path = scratch_.Join("sharded.safetensors");
+  r = Run({"--root", root_, "--latest", "--out", path});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const auto exported = ReadSafetensors(path, nullptr);
+  ASSERT_EQ(exported.size(), 1u);
+  EXPECT_EQ(exported.begin()->second, global.bytes);
+}
+
 TEST_F(CkptRestoreTest, RankOnASingleProcessCheckpointIsRankZeroAlone) {
   Save({100, 200});
   const RunResult plain = Run({"--root", root_, "--step", "200"});

@@ -235,6 +235,25 @@ TEST_F(HostileCheckpointTest, ASmallCompressedRecordClaimingAHugeTensorIsRefused
   ExpectRefused(absl::StatusCode::kDataLoss, "cannot hold raw_bytes");
 }
 
+TEST_F(HostileCheckpointTest, ChunkPlacesAndBlockHashesThatDoNotFitAreRefused) {
+  // A chunk reaching past its global tensor.
+  EditManifest(2, [](Json& j) {
+    Json& t = j["tensors"][0];
+    t["placement"] = "sharded";
+    t["global_shape"] = t["shape"];
+    t["global_offset"] = Json::array();
+    for (size_t d = 0; d < t["shape"].size(); ++d) t["global_offset"].push_back(d == 0 ? 1 : 0);
+  });
+  ExpectRefused(absl::StatusCode::kDataLoss, "reaches past the global tensor");
+  Rebuild();
+  // Block hashes that do not cover the record.
+  EditManifest(2, [](Json& j) {
+    j["tensors"][0]["block_bytes"] = 4096;
+    j["tensors"][0]["block_xxh3"] = Json::array();
+  });
+  ExpectRefused(absl::StatusCode::kDataLoss, "block_xxh3 is not an array of");
+}
+
 TEST_F(HostileCheckpointTest, OverlappingRecordsAreRefused) {
   // Two tensors of one shard made to read the same bytes.
   EditManifest(2, [](Json& j) {

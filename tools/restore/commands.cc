@@ -75,7 +75,8 @@ Contents Summarize(const Reader& reader) {
   for (const TensorInfo& tensor : reader.tensors()) {
     ++contents.tensor_count;
     contents.tensor_bytes += tensor.raw_bytes;
-    shards.insert(tensor.shard);
+    if (tensor.chunks.empty()) shards.insert(tensor.shard);
+    for (const TensorInfo::Chunk& chunk : tensor.chunks) shards.insert(chunk.shard);
   }
   contents.shard_count = shards.size();
   return contents;
@@ -98,11 +99,24 @@ std::string DescribeVerified(const Reader& reader) {
 // --step/--latest's heading: "the whole checkpoint (...)" or "rank 1's part".
 std::string DescribePart(const Reader& reader) {
   if (reader.rank() < 0) {
-    return "the whole checkpoint (replicated tensors under their names, every rank's others as "
-           "rank<r>/<name>)";
+    return "the whole checkpoint (replicated and sharded tensors under their names, every rank's "
+           "others as rank<r>/<name>)";
   }
-  return absl::StrFormat("rank %d's part (its own tensors and the replicated ones)",
+  return absl::StrFormat("rank %d's part (its own tensors, the replicated ones and every sharded one whole)",
                          reader.rank());
+}
+
+// The ranks holding a sharded tensor's chunks, as "0-3" when they run
+// without a gap, else "0,2,5".
+std::string ChunkRanks(const TensorInfo& t) {
+  std::vector<int> ranks;
+  for (const TensorInfo::Chunk& c : t.chunks) ranks.push_back(c.rank);
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  if (ranks.size() > 1 && ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size())) {
+    return absl::StrCat(ranks.front(), "-", ranks.back());
+  }
+  return absl::StrJoin(ranks, ",");
 }
 
 // Prints one verification result: a table line, or a JSON record.
@@ -251,9 +265,11 @@ void PrintContents(const RestoreRequest& request, const Reader& reader, Output& 
     std::vector<std::string> row = {t.name, std::string(DTypeName(t.dtype)), FormatShape(t.shape),
                                     absl::StrCat(t.raw_bytes)};
     if (multi_rank) {
-      row.insert(row.end(), {std::string(TensorPlacementName(t.placement)), absl::StrCat(t.rank)});
+      row.insert(row.end(), {std::string(TensorPlacementName(t.placement)),
+                             t.chunks.empty() ? absl::StrCat(t.rank) : ChunkRanks(t)});
     }
-    row.push_back(t.shard);
+    row.push_back(t.chunks.empty() ? t.shard
+                                   : absl::StrFormat("%d chunk%s", t.chunks.size(), t.chunks.size() == 1 ? "" : "s"));
     table.AddRow(std::move(row));
   }
   table.Print(out);

@@ -59,6 +59,7 @@ struct TensorInfo {
     std::vector<int64_t> shape;
     uint64_t stored_bytes = 0;
     RecordEncoding encoding = RecordEncoding::kRaw;
+    std::string shard;  // the shard file holding its record (or its delta)
   };
   std::vector<Chunk> chunks;
   // Of one record of a chunk (a rank's part manifest; docs/format.md): the

@@ -138,7 +138,7 @@ TensorInfo GlobalTensorInfo(const GlobalTensor& global, std::span<const RankReco
     info.stored_bytes += r.stored_bytes;
     info.error_bound = std::max(info.error_bound, r.error_bound);
     info.chunks.push_back(TensorInfo::Chunk{parts[p.part].rank, r.global_offset, r.shape, r.stored_bytes,
-                                            r.encoding});
+                                            r.encoding, r.shard});
   }
   return info;
 }

@@ -88,7 +88,8 @@ nlohmann::ordered_json TensorInfoObject(const TensorInfo& t) {
                         {"offset", c.offset},
                         {"shape", c.shape},
                         {"stored_bytes", c.stored_bytes},
-                        {"encoding", std::string(RecordEncodingName(c.encoding))}});
+                        {"encoding", std::string(RecordEncodingName(c.encoding))},
+                        {"shard", c.shard}});
     }
     j["chunks"] = std::move(chunks);
   }
