@@ -53,7 +53,8 @@ if [[ ${CKPT_SKIP_ASAN:-0} != 1 ]]; then
   # its budget: they parse nothing and hold no buffers.)
   asan_tests=(engine_test async_engine_test delta_test compact_test fault_injection_test
               hostile_checkpoint_test staging_copy_test encoder_buffers_test
-              file_system_conformance_test stall_timeout_test distributed_engine_test)
+              file_system_conformance_test stall_timeout_test distributed_engine_test
+              sharded_tensor_test)
   declare -A asan_filter=([distributed_engine_test]='-*ACrashOfRankZero*')
   cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_ASAN=ON \
     -DCKPT_BUILD_BENCH=OFF -DCKPT_BUILD_TOOLS=OFF -DCKPT_BUILD_TORCH=OFF -DCKPT_WITH_CUDA=OFF >/dev/null
