@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/catalog.h"
@@ -252,6 +253,18 @@ TEST_F(HostileCheckpointTest, ChunkPlacesAndBlockHashesThatDoNotFitAreRefused) {
     j["tensors"][0]["block_xxh3"] = Json::array();
   });
   ExpectRefused(absl::StatusCode::kDataLoss, "block_xxh3 is not an array of");
+  Rebuild();
+  // Block hashes that fit but are wrong: the whole record's hash still
+  // matches, and verification still fails, naming the block.
+  EditManifest(2, [](Json& j) {
+    Json& t = j["tensors"][0];
+    t["block_bytes"] = 4096;
+    t["block_xxh3"] = Json::array();
+    for (uint64_t at = 0; at < t["raw_bytes"].get<uint64_t>(); at += 4096) t["block_xxh3"].push_back("0000000000000001");
+  });
+  absl::StatusOr<int64_t> verified = OpenAndVerify(2);
+  EXPECT_EQ(verified.status().code(), absl::StatusCode::kDataLoss) << verified.status();
+  EXPECT_TRUE(absl::StrContains(verified.status().message(), "layers.0.w (block 0)")) << verified.status();
 }
 
 TEST_F(HostileCheckpointTest, OverlappingRecordsAreRefused) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "io/io_executor.h"
 #include "read/decode_record.h"
 #include "util/hash.h"
@@ -46,13 +47,36 @@ absl::Status VerifyFullCheckpoint(ShardFiles& files, ReadChunks& chunks, const s
   uint64_t next_start = 0;
   chunks.ReleaseAll();
   std::map<size_t, size_t> chunk_to_piece;
+  // A record's block hashes (a sharded chunk's) are checked in the same
+  // pass: its bytes `data[0, n)` start at `start` of the record.
+  Xxh3Stream block_hash;
+  auto check_blocks = [&](const TensorInfo& t, uint64_t start, const char* data, uint64_t n) -> absl::Status {
+    if (t.block_bytes == 0) return absl::OkStatus();
+    for (uint64_t at = start; at < start + n;) {
+      if (at % t.block_bytes == 0) block_hash.Reset();
+      const uint64_t block_end = std::min(t.raw_bytes, (at / t.block_bytes + 1) * t.block_bytes);
+      const uint64_t take = std::min(block_end, start + n) - at;
+      block_hash.Update(data + (at - start), take);
+      at += take;
+      if (at == block_end && block_hash.Digest() != t.block_xxh3[(at - 1) / t.block_bytes]) {
+        TensorInfo block = t;
+        block.name = absl::StrCat(t.name, " (block ", (at - 1) / t.block_bytes, ")");
+        block.offset = t.offset + (at - 1) / t.block_bytes * t.block_bytes;
+        block.xxh3 = t.block_xxh3[(at - 1) / t.block_bytes];
+        return ChecksumMismatch(dir, block, block_hash.Digest());
+      }
+    }
+    return absl::OkStatus();
+  };
   auto consume = [&]() -> absl::Status {
     while (head < ring.size() && ring[head].done) {
       Piece& p = ring[head];
       const TensorInfo& t = tensors[p.tensor];
       if (p.start == 0) hash.Reset();
       hash.Update(chunks.chunk(p.chunk), p.bytes);
+      absl::Status blocks = check_blocks(t, p.start, chunks.chunk(p.chunk), p.bytes);
       chunks.Release(p.chunk);
+      CKPT_RETURN_IF_ERROR(blocks);
       if (p.start + p.bytes == t.raw_bytes && hash.Digest() != t.xxh3) {
         return ChecksumMismatch(dir, t, hash.Digest());
       }
