@@ -11,7 +11,7 @@ import warnings
 
 import torch
 
-from . import _distributed, _lib, _tree
+from . import _distributed, _dtensor, _lib, _tree
 from .checkpointer import EXTRAS_KEY
 from .errors import CheckpointError, translate, wrap
 
@@ -62,7 +62,8 @@ def _rank(rank):
     return int(rank)
 
 
-def load(root, step=None, into=None, with_step=False, strict=None, process_group=None, rank=None):
+def load(root, step=None, into=None, with_step=False, strict=None, process_group=None, rank=None,
+         with_stats=False):
     """Reads checkpoint `step` of `root`; returns the saved structure, or
     updates `into` in place and returns it.
 
@@ -83,7 +84,9 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
         checkpoint fails part-way, its tensors may hold some of its data until
         an older one overwrites them; if every checkpoint fails their contents
         are unspecified (non-tensor values are only replaced after a
-        successful read).
+        successful read). A DTensor in `into` (any mesh, Shard(d) or
+        Replicate() placements) gets its local tensor filled with its box of
+        the saved global tensor, read from only the chunks that overlap it.
     strict: how keys of `into` and of the checkpoint must match (only with
         `into`). None (default, as torch.distributed.checkpoint.load): a place
         of `into` the checkpoint lacks raises ValueError naming it; places only
@@ -94,14 +97,25 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
         its first step), saved entries its state_dict() lacks are added and
         handed to its load_state_dict(), in every mode.
     with_step: return (step, state) instead of state.
+    with_stats: also return this load's statistics, last: (state, stats) or
+        (step, state, stats). stats: {"step", "bytes_loaded" (bytes of the
+        tensors, or of the DTensors' boxes, filled or returned), "bytes_read"
+        (bytes read from shard files, block rounding included, as the reader
+        counted them; None where it was not counted: loads without a DTensor
+        in `into`)}.
     process_group: load this rank's part of a multi-rank checkpoint on every
         rank of the group (a collective: every rank must call it). The step is
         the same on every rank: the newest one every rank can read its part
-        of (or `step`); an error on any rank is raised on every rank.
+        of (or `step`); an error on any rank is raised on every rank. A
+        checkpoint written by another number of ranks (resharding) loads
+        its global tensors (DTensors' and replicated ones) on every rank,
+        through rank 0's part; tensors of a rank's own (rank-local, default)
+        are refused there.
     rank: without a group, which part of a multi-rank checkpoint to load: a
         rank r (its own tensors and the replicated ones, as that rank saved
-        them), or "all" ({rank: state} for every rank; no `into`). A
-        multi-rank checkpoint with neither raises ValueError.
+        them), or "all" ({rank: state} for every rank; no `into`). With
+        neither, a multi-rank checkpoint loads as one process's (resharding,
+        as above): allowed for its global tensors only.
 
     Without `into`, returns the saved structure with its key types (int keys
     of optimizer state stay int), containers (tuple vs list, OrderedDict) and
@@ -112,6 +126,7 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
     """
     _lib.load()
     root = str(root)
+    stats = {"step": None, "bytes_loaded": 0, "bytes_read": None}
     if strict is not None and type(strict) is not bool:
         raise ValueError(f"ckpt: strict must be None, True or False, got {strict!r}")
     if process_group is not None:
@@ -120,24 +135,40 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
                              "rank loads its own part)")
         from . import _dist_load
         chosen, state = _dist_load.load_with_group(root, step, into, strict,
-                                                   _distributed.check_group(process_group))
+                                                   _distributed.check_group(process_group), stats)
     elif isinstance(rank, str) and rank == "all":
         if into is not None:
             raise ValueError('ckpt: rank="all" returns {rank: state}; it does not load into a state '
                              "(load each rank's part with rank=r)")
-        chosen, state = _load_all_ranks(root, step)
+        chosen, state = _load_all_ranks(root, step, stats)
     elif into is None:
-        chosen, state = _read_part(root, step, _rank(rank))
+        chosen, state = _read_part(root, step, _rank(rank), stats)
     else:
-        chosen, state = _load_into(root, step, into, strict, _rank(rank))
-    return (chosen, state) if with_step else state
+        chosen, state = _load_into(root, step, into, strict, _rank(rank), stats)
+    out = (chosen, state) if with_step else (state,)
+    if with_stats:
+        stats["step"] = chosen
+        return out + (stats,)
+    return out if with_step else state
 
 
-def _multi_rank_error(root, step, world):
+def _multi_rank_error(root, step, world, own):
+    shown = ", ".join(repr(n) for n in own[:5]) + (f" and {len(own) - 5} more" if len(own) > 5 else "")
     return ValueError(f"ckpt: step {step} in {root} is a multi-rank checkpoint of {world} ranks: "
                       f"pass rank=r (0 <= r < {world}) for one rank's part, rank=\"all\" for every "
-                      "rank's ({rank: state}), or process_group= to load each rank's part on its "
-                      "rank")
+                      "rank's ({rank: state}), or process_group= with a group of "
+                      f"{world} ranks to load each rank's part on its rank (it holds tensors of a "
+                      f"rank's own, {shown}: only a checkpoint of global tensors, DTensors and "
+                      "replicated ones, loads on another number of ranks)")
+
+
+def _own_tensors(info):
+    """Names of the tensors of a rank's own (default or rank-local placement)
+    in `describe()` output of a multi-rank checkpoint: what does not reshard."""
+    return [t["name"] for t in info["tensors"] if t.get("placement") not in _GLOBAL]
+
+
+_GLOBAL = ("replicated", "sharded")  # placements every rank's view holds alike
 
 
 def _world(root, step):
@@ -151,31 +182,47 @@ def _world(root, step):
     return info["step"], info.get("world_size", 1)
 
 
-def _read_part(root, step, rank):
+def _read_part(root, step, rank, stats=None):
     """Reads checkpoint `step` (None: the newest that reads back), rank
-    `rank`'s part of it (None: all of a single-process checkpoint)."""
+    `rank`'s part of it; rank None: all of a single-process checkpoint, or of
+    a multi-rank one whose tensors are all global (through rank 0's view,
+    where they are whole), else ValueError before anything is read."""
     step = None if step is None else int(step)
     described = None
-    if rank is None:  # a multi-rank checkpoint needs a rank: checked before anything is read
+    if rank is None:
         described, world = _world(root, step)
         if world is not None and world > 1:
-            raise _multi_rank_error(root, described, world)
+            if step is None:  # each candidate checked as it comes
+                return newest_that_reads(root, lambda s: _read_part(root, s, None, stats)[1])
+            own = _own_tensors(describe(root, step))
+            if own:
+                raise _multi_rank_error(root, step, world, own)
+            rank = 0
     with torch.no_grad(), translate():
         chosen, names, tensors, extras, skipped = torch.ops.ckpt.read(root, step, rank)
     if rank is None and chosen != described:  # an older one than the newest manifest
         _, world = _world(root, chosen)
-        if world is not None and world > 1:
-            raise _multi_rank_error(root, chosen, world)
+        if world is not None and world > 1:  # read as rank None shows it: read it again as above
+            return chosen, _read_part(root, chosen, None, stats)[1]
     _warn_skipped(root, skipped)
+    if stats is not None:
+        stats["bytes_loaded"] = sum(t.numel() * t.element_size() for t in tensors)
     return chosen, _rebuild(json.loads(extras), dict(zip(names, tensors)))
 
 
-def _load_all_ranks(root, step):
+def _load_all_ranks(root, step, stats=None):
     """{rank: state} of every rank of checkpoint `step` (None: the newest
     whose every part reads back)."""
     def read_all(s):
         world = describe(root, s)["world_size"]
-        return {r: _read_part(root, s, r)[1] for r in range(world)}
+        parts, loaded = {}, 0
+        for r in range(world):
+            part_stats = {}
+            parts[r] = _read_part(root, s, r, part_stats)[1]
+            loaded += part_stats["bytes_loaded"]
+        if stats is not None:
+            stats["bytes_loaded"] = loaded
+        return parts
 
     if step is not None and int(step) >= 0:
         return int(step), read_all(int(step))
@@ -216,17 +263,23 @@ def _warn_skipped(root, skipped, who=""):
                       SkippedCheckpointWarning, stacklevel=3)
 
 
-def _load_into(root, step, into, strict, rank=None):
+def _load_into(root, step, into, strict, rank=None, stats=None):
+    """(step, into) after loading checkpoint `step` (None: the newest that
+    loads) into `into`: rank `rank`'s part, or with rank None a
+    single-process checkpoint or the global tensors of a multi-rank one."""
     state_dicts = {}  # id(stateful object) -> its state_dict(), taken once per load
     if step is not None and int(step) >= 0:
-        return int(step), _load_step_into(root, int(step), into, strict, state_dicts, rank)
-    return newest_that_reads(root, lambda s: _load_step_into(root, s, into, strict, state_dicts, rank))
+        return int(step), _load_step_into(root, int(step), into, strict, state_dicts, rank, stats)
+    return newest_that_reads(
+        root, lambda s: _load_step_into(root, s, into, strict, state_dicts, rank, stats))
 
 
-def _load_step_into(root, step, into, strict, state_dicts, rank=None):
+def _load_step_into(root, step, into, strict, state_dicts, rank=None, stats=None):
     info = describe(root, step, rank)
-    if rank is None and info.get("world_size", 1) > 1:
-        raise _multi_rank_error(root, step, info["world_size"])
+    resharding = rank is None and info.get("world_size", 1) > 1
+    if resharding:  # its global tensors, each whole in every rank's view: rank 0's
+        rank = 0
+        info = describe(root, step, rank)
     meta = info["extras"].get(EXTRAS_KEY) if isinstance(info["extras"], dict) else None
     manifest = {t["name"]: t for t in info["tensors"]}
     if meta is None:  # no saved structure: a flat {tensor name: tensor}
@@ -234,34 +287,53 @@ def _load_step_into(root, step, into, strict, state_dicts, rank=None):
     else:
         _tree.check_format(meta)
         tree = meta["tree"]
-    plan = _IntoPlan(manifest, step, state_dicts)
+    plan = _IntoPlan(manifest, step, state_dicts, info.get("world_size", 1) if resharding else None)
     result = plan.fill(tree, into, ())
     plan.check_keys(root, strict)
+    bytes_read = None
     try:
         with torch.no_grad(), translate():
-            torch.ops.ckpt.read_into(root, step, plan.names, plan.dsts, rank)
+            if plan.boxes:  # DTensors: every tensor through one read_regions, plain ones whole
+                names = plan.names + [b[0] for b in plan.boxes]
+                offsets = [[0] * d.dim() for d in plan.dsts] + [b[1] for b in plan.boxes]
+                dsts = plan.dsts + [b[2] for b in plan.boxes]
+                bytes_read = torch.ops.ckpt.read_regions(root, step, names, offsets, dsts, rank)
+            else:
+                dsts = plan.dsts
+                torch.ops.ckpt.read_into(root, step, plan.names, plan.dsts, rank)
     except CheckpointError:
         raise
     except RuntimeError as e:  # not from the library: e.g. a failed copy_
         raise wrap(e) from None
     for op in plan.ops:  # only now: a failed read leaves every non-tensor value as it was
         op()
+    if stats is not None:
+        stats["bytes_read"] = bytes_read
+        stats["bytes_loaded"] = sum(d.numel() * d.element_size() for d in dsts)
     return result
 
 
 class _IntoPlan:
     """What loading one checkpoint into `into` does, worked out before anything
-    is read: the tensors to read and where (`names`, `dsts`), the replacements
+    is read: the tensors to read whole and where (`names`, `dsts`), the
+    DTensors' boxes (`boxes`: (name, offset, local tensor)), the replacements
     and load_state_dict() calls to make once the read succeeded (`ops`, in
-    order: inner values first), and the places only one side has."""
+    order: inner values first), and the places only one side has.
 
-    def __init__(self, manifest, step, state_dicts):
+    saved_world: set when a multi-rank checkpoint of that many ranks is
+    loaded onto another number of ranks (or one process): only its global
+    tensors may be read then; the others' places are collected (`own`)."""
+
+    def __init__(self, manifest, step, state_dicts, saved_world=None):
         self.manifest = manifest
         self.step = step
+        self.saved_world = saved_world
         self.names, self.dsts = [], []
+        self.boxes = []
         self.ops = []
         self.missing = []  # places of `into` the checkpoint lacks
         self.unexpected = []  # places of the checkpoint `into` lacks
+        self.own = []  # (place, name): tensors of a rank's own, asked for while resharding
         self._state_dicts = state_dicts
 
     def fill(self, node, cur, path, grow=False):
@@ -269,10 +341,11 @@ class _IntoPlan:
         the place holds afterwards (`cur` itself, unless it is replaced).
         grow: saved entries `cur` lacks are added rather than left out."""
         if isinstance(cur, torch.Tensor):
-            if type(cur) is not torch.Tensor and type(cur) is not torch.nn.Parameter:
+            dtensor = type(cur) is not torch.Tensor and type(cur) is not torch.nn.Parameter
+            if dtensor and not _dtensor.is_dtensor(cur):
                 raise TypeError(_tree.subclass_message(cur, path))
             if _is_tag(node, "$tensor"):
-                self._read(node["$tensor"], cur, path)
+                (self._read_box if dtensor else self._read)(node["$tensor"], cur, path)
                 return cur
             return self.new(node)
         if _tree.is_stateful(cur):
@@ -337,13 +410,16 @@ class _IntoPlan:
         tensors = {}
         for name in _tree.tensor_names(node):
             t = self.manifest[name]
+            self._check_global(name, ())
             dst = torch.empty(t["shape"], dtype=_dtype(t["dtype"], name))
             self.names.append(name)
             self.dsts.append(dst)
             tensors[name] = dst
         return _tree.decode(node, tensors)
 
-    def _read(self, name, dst, path):
+    def _check(self, name, dst, path):
+        """TypeError/ValueError unless `dst` (a tensor or a DTensor: its global
+        shape) matches tensor `name` in dtype and shape and is dense."""
         t = self.manifest[name]
         dtype = _dtype(t["dtype"], name)
         if dst.dtype != dtype:
@@ -355,8 +431,29 @@ class _IntoPlan:
         if dst.layout != torch.strided:
             raise TypeError(f"ckpt: {_tree.where(path)} is a {dst.layout} tensor: only dense "
                             "(strided) tensors are loaded into")
+        self._check_global(name, path)
+
+    def _check_global(self, name, path):
+        if self.saved_world is not None and self.manifest[name].get("placement") not in _GLOBAL:
+            self.own.append((path, name))
+
+    def _read(self, name, dst, path):
+        self._check(name, dst, path)
         self.names.append(name)
         self.dsts.append(dst)
+
+    def _read_box(self, name, dt, path):
+        """Plans filling DTensor `dt`'s local tensor with its box of `name`."""
+        _dtensor.check(dt, _tree.where(path))
+        self._check(name, dt, path)
+        shape, offset = _dtensor.local_box(dt)
+        local = _dtensor.local_tensor(dt)
+        if list(local.shape) != shape:
+            raise ValueError(f"ckpt: {_tree.where(path)} is a DTensor whose local tensor has shape "
+                             f"{list(local.shape)}, but its placements "
+                             f"{_dtensor.describe_placements(dt)} give this rank {shape}")
+        if local.numel():
+            self.boxes.append((name, offset, local))
 
     def _state_dict(self, obj, path):
         entry = self._state_dicts.get(id(obj))
@@ -376,7 +473,18 @@ class _IntoPlan:
                             f"{_listing(self.unexpected)} of the checkpoint")
         if problems:
             how = "" if strict is True else " (strict=False loads only what both have)"
-            raise ValueError("ckpt: load into: " + "; ".join(problems) + how)
+            problems[-1] += how
+        if self.own:
+            names = [n for _, n in self.own]
+            shown = ", ".join(repr(n) for n in names[:10]) + \
+                (f" and {len(names) - 10} more" if len(names) > 10 else "")
+            problems.append(
+                f"step {self.step} in {root} was written by {self.saved_world} ranks and is loaded "
+                f"onto another number of them, but `into` asks for tensors of a rank's own "
+                f"(rank-local or default placement), which do not reshard: {shown}; leave them "
+                f"out of `into`, or load on a group of {self.saved_world} ranks (or with rank=r)")
+        if problems:
+            raise ValueError("ckpt: load into: " + "; ".join(problems))
 
 
 def _listing(paths, limit=10):
