@@ -14,10 +14,12 @@
 #include "distributed/rank_layout.h"
 #include "io/backend.h"
 #include "read/decode_record.h"
+#include "format/global_tensors.h"
 #include "read/delta_chain.h"
 #include "read/load_manifest.h"
 #include "read/read_chunks.h"
 #include "read/read_raw_records.h"
+#include "read/read_regions.h"
 #include "read/shard_files.h"
 #include "read/verify_full.h"
 #include "util/log.h"
@@ -41,10 +43,12 @@ struct ReaderPart {
   DeltaChain chain;
 };
 
-// Where a tensor the reader shows comes from.
+// Where a tensor the reader shows comes from: one part's record, or (a
+// sharded tensor) the chunks of `StepView::globals[global]`.
 struct TensorSource {
   size_t part = 0;
   std::string name;  // its name in that part
+  size_t global = SIZE_MAX;
 };
 
 // What a reader shows of one step: the parts it reads and its tensors.
@@ -57,6 +61,7 @@ struct StepView {
   std::vector<ReaderPart> parts;
   std::vector<TensorInfo> tensors;
   std::vector<TensorSource> sources;  // parallel to `tensors`
+  std::vector<GlobalTensor> globals;   // pieces index `parts`
 };
 
 // The view of step `step` of `root` for `rank` (see ReaderOptions::rank).
@@ -88,17 +93,18 @@ absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, i
                                             ", not rank ", *rank));
   }
   // The parts the view draws from: the rank's own first (its tensors come
-  // first, in its order), then those holding replicated tensors, by rank
-  // (every part, for the whole checkpoint).
+  // first, in its order), then those holding replicated tensors or chunks of
+  // sharded ones, by rank (every part, for the whole checkpoint).
   std::vector<int> ranks;
   if (rank.has_value()) ranks.push_back(*rank);
   for (int r = 0; r < global.world_size; ++r) {
-    bool replicated = false;
+    bool shared = false;
     for (const TensorInfo& t : manifest.parts[r].tensors) {
-      replicated |= t.placement == TensorPlacement::kReplicated;
+      shared |= t.placement == TensorPlacement::kReplicated || t.placement == TensorPlacement::kSharded;
     }
-    if (!rank.has_value() || (r != *rank && replicated)) ranks.push_back(r);
+    if (!rank.has_value() || (r != *rank && shared)) ranks.push_back(r);
   }
+  view.parts.reserve(ranks.size());
   absl::flat_hash_set<std::string> names;
   for (int r : ranks) {
     CKPT_ASSIGN_OR_RETURN(DeltaChain chain,
@@ -106,6 +112,7 @@ absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, i
     const size_t part = view.parts.size();
     const bool own = rank.has_value() && r == *rank;
     for (const TensorInfo& t : chain.opened().manifest.tensors) {
+      if (t.placement == TensorPlacement::kSharded) continue;  // shown whole, below
       const bool replicated = t.placement == TensorPlacement::kReplicated;
       if (rank.has_value() && !own && !replicated) continue;
       TensorInfo shown = t;
@@ -122,6 +129,23 @@ absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, i
     view.parts.push_back(ReaderPart{r, std::move(chain)});
   }
   if (!rank.has_value()) view.extras_json = global.extras_json;
+  // Each sharded tensor once, whole, from its chunks on every rank.
+  std::vector<RankRecords> records;
+  for (const ReaderPart& p : view.parts) records.push_back(RankRecords{p.rank, &p.chain.opened().manifest.tensors});
+  absl::StatusOr<std::vector<GlobalTensor>> globals = GatherGlobalTensors(records);
+  if (!globals.ok()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": ", globals.status().message()));
+  }
+  view.globals = std::move(*globals);
+  for (size_t g = 0; g < view.globals.size(); ++g) {
+    TensorInfo shown = GlobalTensorInfo(view.globals[g], records);
+    if (!names.insert(shown.name).second) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", dir, " holds tensor \"", shown.name,
+                                              "\" both sharded and whole"));
+    }
+    view.sources.push_back(TensorSource{0, shown.name, g});
+    view.tensors.push_back(std::move(shown));
+  }
   return view;
 }
 
@@ -147,6 +171,8 @@ class ReaderImpl final : public Reader {
   }
 
   absl::Status ReadInto(std::span<const ReadTarget> targets) override;
+  absl::Status ReadRegions(std::span<const RegionTarget> targets) override;
+  uint64_t bytes_read() const override { return files_.bytes_read(); }
   absl::StatusOr<Tensor> Read(absl::string_view name) override;
   absl::StatusOr<std::vector<Tensor>> ReadAll() override;
   using Reader::Verify;
@@ -160,10 +186,11 @@ class ReaderImpl final : public Reader {
     }
     return largest;
   }
-  // Reads each of `names` (a part and the tensor's name in it) into the
-  // matching `dsts` entry (room for its raw bytes), verifying each.
-  absl::Status ReadFromPart(std::span<const std::pair<size_t, const std::string*>> names,
-                            std::span<char* const> dsts);
+  // Reads each of `records` whole into the matching `dsts` entry (room for
+  // its raw bytes), verifying each.
+  absl::Status ReadRecords(std::span<const RecordRef> records, std::span<char* const> dsts);
+  // The region read of `region` of tensor `index` of the view into `dst`.
+  RegionRead RegionOf(size_t index, Box region, char* dst) const;
 
   const StepView view_;
   absl::flat_hash_map<std::string, size_t> index_;  // name -> position in view_.tensors
@@ -171,16 +198,15 @@ class ReaderImpl final : public Reader {
   ReadChunks chunks_;  // created on first use; uses `files_`'s queue
 };
 
-absl::Status ReaderImpl::ReadFromPart(std::span<const std::pair<size_t, const std::string*>> names,
-                                      std::span<char* const> dsts) {
+absl::Status ReaderImpl::ReadRecords(std::span<const RecordRef> names, std::span<char* const> dsts) {
   // Each target starts from the newest whole record of its chain.
   std::vector<RecordTarget> records;
   std::vector<size_t> bases;  // the chain link of each record
   records.reserve(names.size());
   bases.reserve(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
-    const DeltaChain& chain = view_.parts[names[i].first].chain;
-    const std::string& name = *names[i].second;
+    const DeltaChain& chain = *names[i].chain;
+    const std::string& name = *names[i].name;
     CKPT_ASSIGN_OR_RETURN(size_t base, chain.BaseLinkOf(name));
     records.push_back(RecordTarget{&chain.link(base).dir, chain.Find(base, name), dsts[i]});
     bases.push_back(base);
@@ -194,17 +220,70 @@ absl::Status ReaderImpl::ReadFromPart(std::span<const std::pair<size_t, const st
   absl::Status status = ReadRawRecords(files_, chunks_, records);
   // Then the deltas, link by link, each checked.
   for (size_t i = 0; i < records.size() && status.ok(); ++i) {
-    const DeltaChain& chain = view_.parts[names[i].first].chain;
+    const DeltaChain& chain = *names[i].chain;
     if (bases[i] + 1 < chain.size()) {
-      status = ApplyDeltas(files_, chain, *names[i].second, bases[i], records[i].dst);
+      status = ApplyDeltas(files_, chain, *names[i].name, bases[i], records[i].dst);
     }
   }
   return status;
 }
 
+RegionRead ReaderImpl::RegionOf(size_t index, Box region, char* dst) const {
+  const TensorInfo& info = view_.tensors[index];
+  const TensorSource& source = view_.sources[index];
+  RegionRead read{info.dtype, std::move(region), dst, {}};
+  if (source.global == SIZE_MAX) {
+    read.pieces.push_back(RegionPiece{RecordRef{&view_.parts[source.part].chain, &source.name},
+                                      Box{std::vector<int64_t>(info.shape.size(), 0), info.shape}});
+    return read;
+  }
+  for (const GlobalTensor::Piece& p : view_.globals[source.global].pieces) {
+    read.pieces.push_back(RegionPiece{RecordRef{&view_.parts[p.part].chain, &p.record->name},
+                                      Box{p.record->global_offset, p.record->shape}});
+  }
+  return read;
+}
+
+absl::Status ReaderImpl::ReadRegions(std::span<const RegionTarget> targets) {
+  std::vector<RegionRead> reads;
+  reads.reserve(targets.size());
+  for (const RegionTarget& target : targets) {
+    auto it = index_.find(target.name);
+    if (it == index_.end()) {
+      return absl::NotFoundError(absl::StrCat("no tensor \"", target.name, "\" in ", dir()));
+    }
+    const TensorInfo& info = view_.tensors[it->second];
+    const std::string where = absl::StrCat("region of tensor \"", target.name, "\"");
+    if (target.offset.size() != info.shape.size() || target.shape.size() != info.shape.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": the tensor has ", info.shape.size(),
+                                                     " dimensions, the region's offset ", target.offset.size(),
+                                                     " and shape ", target.shape.size()));
+    }
+    for (size_t d = 0; d < info.shape.size(); ++d) {
+      if (target.offset[d] < 0 || target.shape[d] < 0 || target.offset[d] > info.shape[d] ||
+          target.shape[d] > info.shape[d] - target.offset[d]) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": [", target.offset[d], ", +", target.shape[d],
+                                                       ") of dimension ", d, " lies outside its ",
+                                                       info.shape[d]));
+      }
+    }
+    CKPT_ASSIGN_OR_RETURN(uint64_t bytes, TensorBytes(info.dtype, target.shape));
+    if (target.capacity < bytes || (bytes > 0 && target.data == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " needs ", bytes, " bytes, target has ",
+                                                     target.capacity));
+    }
+    reads.push_back(RegionOf(it->second, Box{target.offset, target.shape}, static_cast<char*>(target.data)));
+  }
+  return ReadRegionPieces(files_, chunks_, reads, [this](std::span<const RecordRef> records,
+                                                         std::span<char* const> dsts) {
+    return ReadRecords(records, dsts);
+  });
+}
+
 absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
-  std::vector<std::pair<size_t, const std::string*>> names;
+  std::vector<RecordRef> names;
   std::vector<char*> dsts;
+  std::vector<RegionRead> whole;  // sharded tensors, from their chunks
   names.reserve(targets.size());
   dsts.reserve(targets.size());
   for (const ReadTarget& target : targets) {
@@ -219,10 +298,20 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
                                                      target.capacity));
     }
     const TensorSource& source = view_.sources[it->second];
-    names.emplace_back(source.part, &source.name);
+    if (source.global != SIZE_MAX) {
+      whole.push_back(RegionOf(it->second, Box{std::vector<int64_t>(info.shape.size(), 0), info.shape},
+                               static_cast<char*>(target.data)));
+      continue;
+    }
+    names.push_back(RecordRef{&view_.parts[source.part].chain, &source.name});
     dsts.push_back(static_cast<char*>(target.data));
   }
-  return ReadFromPart(names, dsts);
+  CKPT_RETURN_IF_ERROR(ReadRecords(names, dsts));
+  if (whole.empty()) return absl::OkStatus();
+  return ReadRegionPieces(files_, chunks_, whole, [this](std::span<const RecordRef> records,
+                                                         std::span<char* const> dsts) {
+    return ReadRecords(records, dsts);
+  });
 }
 
 absl::StatusOr<Tensor> ReaderImpl::Read(absl::string_view name) {
@@ -262,9 +351,9 @@ absl::Status ReaderImpl::Verify(const VerifyProgress& progress) {
     CKPT_ASSIGN_OR_RETURN(AlignedBytes buffer,
                           AlignedBytes::Allocate(LargestRawBytes(manifest.tensors), false));
     for (const TensorInfo& t : manifest.tensors) {
-      const std::pair<size_t, const std::string*> name{p, &t.name};
+      const RecordRef record{&chain, &t.name};
       char* dst = static_cast<char*>(buffer.data());
-      CKPT_RETURN_IF_ERROR(ReadFromPart({&name, 1}, {&dst, 1}));
+      CKPT_RETURN_IF_ERROR(ReadRecords({&record, 1}, {&dst, 1}));
       if (progress) progress(t.raw_bytes);
     }
   }

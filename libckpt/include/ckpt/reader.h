@@ -61,6 +61,15 @@ struct TensorInfo {
     RecordEncoding encoding = RecordEncoding::kRaw;
   };
   std::vector<Chunk> chunks;
+  // Of one record of a chunk (a rank's part manifest; docs/format.md): the
+  // global tensor it is part of and where it starts in it. For a record
+  // stored whole and larger than one block, the XXH3-64 of each
+  // `block_bytes` of it in order (the last block may be short), which lets
+  // a reader check part of it.
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> global_offset;
+  uint64_t block_bytes = 0;
+  std::vector<uint64_t> block_xxh3;
 };
 
 // Where `Reader::ReadInto` puts one tensor.

@@ -104,7 +104,12 @@ absl::Status WriteTemp(FileSystem& fs, const CompactOptions& options, Reader& re
   std::vector<TensorView> views;
   views.reserve(delta.tensors.size());
   for (const TensorInfo& t : delta.tensors) {
-    views.push_back(TensorView{t.name, t.dtype, t.shape, nullptr, static_cast<size_t>(t.raw_bytes)});
+    TensorView view;
+    view.name = t.name;
+    view.dtype = t.dtype;
+    view.shape = t.shape;
+    view.nbytes = static_cast<size_t>(t.raw_bytes);
+    views.push_back(std::move(view));
   }
   const std::vector<PlannedShard> plan =
       PlanShards(views, options.shard_min_bytes, options.shard_max_bytes);

@@ -21,6 +21,7 @@
 #include "commit/commit.h"
 #include "distributed/rank_layout.h"
 #include "format/global_manifest.h"
+#include "format/global_tensors.h"
 #include "format/manifest.h"
 #include "format/names.h"
 #include "io/small_file.h"
@@ -312,6 +313,7 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
   std::map<absl::string_view, std::pair<int, const TensorInfo*>> seen;
   for (int r = 0; r < world_size(); ++r) {
     for (const TensorInfo& t : parts[r].tensors) {
+      if (t.placement == TensorPlacement::kSharded) continue;  // checked below
       auto [it, inserted] = seen.emplace(t.name, std::pair{r, &t});
       if (inserted) continue;
       const TensorInfo& first = *it->second.second;
@@ -323,6 +325,13 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
                                        ": declare it rank-local if each rank holds its own value, or "
                                        "replicated if they are meant to be equal")));
     }
+  }
+  // The chunks of each sharded tensor tile it.
+  std::vector<RankRecords> records;
+  for (int r = 0; r < world_size(); ++r) records.push_back(RankRecords{r, &parts[r].tensors});
+  absl::StatusOr<std::vector<GlobalTensor>> globals = GatherGlobalTensors(records);
+  if (!globals.ok()) {
+    return DecideAbort(temp_dir, Annotate(globals.status(), absl::StrCat("step ", step)));
   }
   absl::StatusOr<std::string> contents = SerializeGlobalManifest(&global);
   if (!contents.ok()) return DecideAbort(temp_dir, Annotate(contents.status(), "rank 0"));

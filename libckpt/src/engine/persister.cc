@@ -209,7 +209,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
   if (!status.ok()) job.Abort(status);
   ShardEncoder* encoder = plan.encoder.get();
   const bool update_reference = reference_ != nullptr && !plan.delta;
-  RecordHasher hasher(job.plan, plan.hashes);
+  RecordHasher hasher(job.plan, plan.hashes, plan.block_bytes, &plan.block_hashes);
 
   std::vector<StagedChunk> ready;
   std::vector<size_t> releasable;
@@ -304,6 +304,10 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
       info.raw_bytes = t.nbytes;
       info.xxh3 = plan.hashes[r.tensor];
       if (ctx_.committer != nullptr) info.placement = t.placement;
+      if (info.placement == TensorPlacement::kSharded) {
+        info.global_shape = t.global_shape;
+        info.global_offset = t.global_offset;
+      }
     }
     PlaceRawRecords(shard, layout.file_bytes, &manifest);
     // An encoded record lies where the encoder put it, as it was encoded.
@@ -316,6 +320,15 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
       info.encoding = rl.encoding;
       info.error_bound = rl.error_bound;
       if (encoder->restored_hashes()[r.tensor] != 0) info.xxh3 = encoder->restored_hashes()[r.tensor];
+    }
+    // Block hashes describe bytes stored as they are: only a raw record's.
+    for (const PlannedRecord& r : shard.records) {
+      TensorInfo& info = manifest.tensors[r.tensor];
+      if (r.tensor < plan.block_bytes.size() && plan.block_bytes[r.tensor] != 0 &&
+          info.encoding == RecordEncoding::kRaw) {
+        info.block_bytes = plan.block_bytes[r.tensor];
+        info.block_xxh3 = plan.block_hashes[r.tensor];
+      }
     }
     if (layout.file_bytes != layout.padded_bytes) {
       CKPT_RETURN_IF_ERROR(files[i]->Truncate(layout.file_bytes));
@@ -386,6 +399,16 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   Plan plan;
   plan.delta = ShouldWriteDelta(job);
   plan.hashes.assign(job.tensors.size(), 0);
+  // A chunk of a global tensor larger than a block gets a hash per block,
+  // so that a reader resharding it can check just the blocks it reads.
+  if (ctx_.committer != nullptr) {
+    plan.block_bytes.assign(job.tensors.size(), 0);
+    plan.block_hashes.resize(job.tensors.size());
+    for (size_t i = 0; i < job.tensors.size(); ++i) {
+      const TensorView& t = job.tensors[i];
+      if (t.placement == TensorPlacement::kSharded && t.nbytes > kBlockBytes) plan.block_bytes[i] = kBlockBytes;
+    }
+  }
   if (ctx_.committer != nullptr) ctx_.committer->AnnounceStep(job.step());
   absl::Status status = WriteChunks(job, files, plan);
   SaveStats stats;

@@ -65,6 +65,9 @@ class Persister {
     bool delta = false;  // encoded against the reference state
     std::unique_ptr<ShardEncoder> encoder;  // null: raw chunks written as staged
     std::vector<uint64_t> hashes;  // XXH3-64 per tensor (engine/record_hasher.h)
+    // A sharded chunk's block size (0: none) and block hashes, per tensor.
+    std::vector<uint64_t> block_bytes;
+    std::vector<std::vector<uint64_t>> block_hashes;
     std::optional<Clock::time_point> writing_since;  // when the first staged chunk was taken
   };
 

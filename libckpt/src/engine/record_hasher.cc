@@ -6,8 +6,34 @@
 
 namespace ckpt::internal {
 
-RecordHasher::RecordHasher(const std::vector<PlannedShard>& plan, std::vector<uint64_t>& hashes)
-    : plan_(plan), hashes_(hashes), cursors_(plan.size()) {}
+RecordHasher::RecordHasher(const std::vector<PlannedShard>& plan, std::vector<uint64_t>& hashes,
+                           const std::vector<uint64_t>& block_bytes,
+                           std::vector<std::vector<uint64_t>>* block_hashes)
+    : plan_(plan),
+      hashes_(hashes),
+      block_bytes_(block_bytes),
+      block_hashes_(block_hashes),
+      cursors_(plan.size()) {}
+
+void RecordHasher::UpdateBlocks(const PlannedRecord& r, Cursor& cursor, const char* data, uint64_t n) {
+  const uint64_t block_bytes = BlockBytesOf(r.tensor);
+  if (block_bytes == 0 || block_hashes_ == nullptr) return;
+  std::vector<uint64_t>& blocks = (*block_hashes_)[r.tensor];
+  if (cursor.block == nullptr) cursor.block = std::make_unique<Xxh3Stream>();
+  while (n > 0) {
+    const uint64_t take = std::min(n, block_bytes - cursor.block_filled);
+    cursor.block->Update(data, take);
+    cursor.block_filled += take;
+    data += take;
+    n -= take;
+    const uint64_t seen = blocks.size() * block_bytes + cursor.block_filled;
+    if (cursor.block_filled == block_bytes || seen == r.bytes) {
+      blocks.push_back(cursor.block->Digest());
+      cursor.block->Reset();
+      cursor.block_filled = 0;
+    }
+  }
+}
 
 RecordHasher::~RecordHasher() = default;
 
@@ -41,6 +67,7 @@ absl::Status RecordHasher::Consume(const StagedChunk& c, const char* data) {
     const uint64_t to = std::min(end, r.offset + r.bytes);
     if (cursor.open == nullptr) cursor.open = std::make_unique<Xxh3Stream>();
     cursor.open->Update(data + (from - c.file_offset), to - from);
+    UpdateBlocks(r, cursor, data + (from - c.file_offset), to - from);
     position = to;
     if (to < r.offset + r.bytes) break;  // continues in the next chunk
     hashes_[r.tensor] = cursor.open->Digest();

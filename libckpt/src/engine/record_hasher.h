@@ -24,8 +24,13 @@ namespace ckpt::internal {
 class RecordHasher {
  public:
   // Writes the hash of tensor `r.tensor` of every record of `plan` into
-  // `hashes` (REQUIRES: sized for every tensor; outlives this).
-  RecordHasher(const std::vector<PlannedShard>& plan, std::vector<uint64_t>& hashes);
+  // `hashes` (REQUIRES: sized for every tensor; outlives this). For each
+  // tensor `t` with `block_bytes[t] > 0` (may be empty: none), also the hash
+  // of every `block_bytes[t]` of its record into `block_hashes[t]`, in the
+  // same pass over the bytes.
+  RecordHasher(const std::vector<PlannedShard>& plan, std::vector<uint64_t>& hashes,
+               const std::vector<uint64_t>& block_bytes = {},
+               std::vector<std::vector<uint64_t>>* block_hashes = nullptr);
   ~RecordHasher();
 
   // Hashes the record bytes in chunk `c`, whose staged bytes are `data`.
@@ -40,12 +45,21 @@ class RecordHasher {
     uint64_t next_offset = 0;  // where the next chunk of the shard starts
     size_t record = 0;         // the first record not yet hashed
     std::unique_ptr<Xxh3Stream> open;  // while `record` is partly hashed
+    std::unique_ptr<Xxh3Stream> block;  // its current block, if it has blocks
+    uint64_t block_filled = 0;          // bytes of the current block seen
   };
+  uint64_t BlockBytesOf(size_t tensor) const {
+    return tensor < block_bytes_.size() ? block_bytes_[tensor] : 0;
+  }
+  // Feeds `n` bytes of record `r`'s to its block hashes.
+  void UpdateBlocks(const PlannedRecord& r, Cursor& cursor, const char* data, uint64_t n);
   // Hashes every empty record at the cursor (they need no bytes).
   void SkipEmpty(size_t shard, Cursor& cursor);
 
   const std::vector<PlannedShard>& plan_;
   std::vector<uint64_t>& hashes_;
+  const std::vector<uint64_t>& block_bytes_;
+  std::vector<std::vector<uint64_t>>* const block_hashes_;
   std::vector<Cursor> cursors_;
 };
 

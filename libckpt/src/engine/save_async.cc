@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "distributed/rank_layout.h"
 #include "engine/engine_impl.h"
 #include "engine/save_job.h"
@@ -29,8 +30,36 @@ namespace {
 std::atomic<DeviceCopierFactory> device_copier_factory{nullptr};
 
 // The checks on its arguments that `Engine::SaveAsync` documents.
+// Where a `kSharded` view says it lies: one offset and global dimension per
+// dimension of its own, the chunk inside the global tensor; in a
+// single-process engine, the whole of it.
+absl::Status ValidateChunkPlace(const TensorView& t, const std::string& where, bool multi_rank) {
+  if (t.global_shape.size() != t.shape.size() || t.global_offset.size() != t.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": a sharded chunk of rank ", t.shape.size(), " needs a global_shape and a global_offset of ",
+        t.shape.size(), " entries (has ", t.global_shape.size(), " and ", t.global_offset.size(), ")"));
+  }
+  CKPT_RETURN_IF_ERROR(Annotate(TensorBytes(t.dtype, t.global_shape).status(),
+                                absl::StrCat(where, ": global_shape")));
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    if (t.global_offset[d] < 0 || t.global_offset[d] > t.global_shape[d] ||
+        t.shape[d] > t.global_shape[d] - t.global_offset[d]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the chunk [", t.global_offset[d], ", +", t.shape[d], ") of dimension ", d,
+          " lies outside the global tensor's ", t.global_shape[d]));
+    }
+  }
+  if (!multi_rank && t.shape != t.global_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": a single-process save holds no part of a global tensor (chunk shape [",
+        absl::StrJoin(t.shape, ", "), "] of [", absl::StrJoin(t.global_shape, ", "),
+        "]); open the engine with EngineOptions::distributed, or pass the whole tensor"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateSave(int64_t step, std::span<const TensorView> tensors,
-                          absl::string_view extras_json) {
+                          absl::string_view extras_json, bool multi_rank) {
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is negative"));
   absl::flat_hash_set<absl::string_view> names;
   names.reserve(tensors.size());
@@ -61,6 +90,9 @@ absl::Status ValidateSave(int64_t step, std::span<const TensorView> tensors,
     }
     if (t.device != TensorView::Device::kCpu && t.device != TensorView::Device::kCuda) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": unknown device"));
+    }
+    if (t.placement == TensorPlacement::kSharded) {
+      CKPT_RETURN_IF_ERROR(ValidateChunkPlace(t, where, multi_rank));
     }
   }
   auto extras = nlohmann::json::parse(extras_json.begin(), extras_json.end(), nullptr,
@@ -98,7 +130,7 @@ void SetDeviceCopierFactoryForTesting(DeviceCopierFactory factory) {
 absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
     int64_t step, std::span<const TensorView> tensors, absl::string_view extras_json) {
   const CallerClock clock;
-  CKPT_RETURN_IF_ERROR(ValidateSave(step, tensors, extras_json));
+  CKPT_RETURN_IF_ERROR(ValidateSave(step, tensors, extras_json, committer_ != nullptr));
   CKPT_RETURN_IF_ERROR(TakeUnreportedError());
   // A rank of a multi-rank save writes its own tensors and the replicated
   // ones it owns; the other ranks write the rest of the replicated ones.

@@ -71,6 +71,27 @@ nlohmann::ordered_json TensorInfoObject(const TensorInfo& t) {
     j["placement"] = std::string(TensorPlacementName(t.placement));
   }
   if (t.placement != TensorPlacement::kDefault || t.rank != 0) j["rank"] = t.rank;
+  if (t.placement == TensorPlacement::kSharded) {
+    j["global_shape"] = t.global_shape;
+    j["global_offset"] = t.global_offset;
+  }
+  if (t.block_bytes != 0) {
+    j["block_bytes"] = t.block_bytes;
+    nlohmann::ordered_json blocks = nlohmann::ordered_json::array();
+    for (uint64_t h : t.block_xxh3) blocks.push_back(HashToHex(h));
+    j["block_xxh3"] = std::move(blocks);
+  }
+  if (!t.chunks.empty()) {
+    nlohmann::ordered_json chunks = nlohmann::ordered_json::array();
+    for (const TensorInfo::Chunk& c : t.chunks) {
+      chunks.push_back({{"rank", c.rank},
+                        {"offset", c.offset},
+                        {"shape", c.shape},
+                        {"stored_bytes", c.stored_bytes},
+                        {"encoding", std::string(RecordEncodingName(c.encoding))}});
+    }
+    j["chunks"] = std::move(chunks);
+  }
   return j;
 }
 

@@ -52,6 +52,76 @@ absl::Status Get(const Json& object, const char* key, absl::string_view path, T*
 #define CKPT_GET(object, key, out) \
   do { absl::Status s_ = Get(object, key, path, out); if (!s_.ok()) return s_; } while (false)
 
+// A dimension list: at most kMaxRank non-negative integers.
+absl::Status ParseDims(const Json& j, absl::string_view path, absl::string_view what,
+                       std::vector<int64_t>* out) {
+  if (!j.is_array() || j.size() > kMaxRank) {
+    return Corrupt(path, absl::StrCat(what, " is not an array of rank <= ", kMaxRank));
+  }
+  for (const Json& dim : j) {
+    if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
+      return Corrupt(path, absl::StrCat(what, " has a negative or non-integer entry"));
+    }
+    out->push_back(dim.get<int64_t>());
+  }
+  return absl::OkStatus();
+}
+
+// "global_shape" and "global_offset" of a chunk record: the record's box
+// lies inside the global tensor.
+absl::Status ParseChunkPlace(const Json& j, const Json& global, absl::string_view path,
+                             const std::string& where, TensorInfo* t) {
+  if (t->placement != TensorPlacement::kSharded) {
+    return Corrupt(path, absl::StrCat(where, ": global_shape on a record that is not sharded"));
+  }
+  auto offset = j.find("global_offset");
+  if (offset == j.end()) return Corrupt(path, absl::StrCat(where, ": global_shape without global_offset"));
+  absl::Status s = ParseDims(global, path, absl::StrCat(where, ": global_shape"), &t->global_shape);
+  if (s.ok()) s = ParseDims(*offset, path, absl::StrCat(where, ": global_offset"), &t->global_offset);
+  if (!s.ok()) return s;
+  if (!TensorBytes(t->dtype, t->global_shape).ok()) {
+    return Corrupt(path, absl::StrCat(where, ": global_shape is too large"));
+  }
+  if (t->global_shape.size() != t->shape.size() || t->global_offset.size() != t->shape.size()) {
+    return Corrupt(path, absl::StrCat(where, ": global_shape and global_offset must have rank ",
+                                      t->shape.size(), " as the shape does"));
+  }
+  for (size_t d = 0; d < t->shape.size(); ++d) {
+    if (t->global_offset[d] > t->global_shape[d] ||
+        t->shape[d] > t->global_shape[d] - t->global_offset[d]) {
+      return Corrupt(path, absl::StrCat(where, ": the chunk reaches past the global tensor in dimension ", d));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "block_bytes" and "block_xxh3" of a record stored whole: one hash per
+// block of its raw bytes.
+absl::Status ParseBlockHashes(const Json& j, const Json& block_bytes, absl::string_view path,
+                              const std::string& where, TensorInfo* t) {
+  if (!block_bytes.is_number_unsigned() || block_bytes.get<uint64_t>() == 0 ||
+      block_bytes.get<uint64_t>() % kRecordAlignment != 0) {
+    return Corrupt(path, absl::StrCat(where, ": block_bytes is not a positive multiple of ", kRecordAlignment));
+  }
+  t->block_bytes = block_bytes.get<uint64_t>();
+  if (t->encoding != RecordEncoding::kRaw) {
+    return Corrupt(path, absl::StrCat(where, ": block hashes on a record not stored whole"));
+  }
+  auto hashes = j.find("block_xxh3");
+  const uint64_t blocks = (t->raw_bytes + t->block_bytes - 1) / t->block_bytes;
+  if (hashes == j.end() || !hashes->is_array() || hashes->size() != blocks) {
+    return Corrupt(path, absl::StrCat(where, ": block_xxh3 is not an array of ", blocks, " hashes"));
+  }
+  t->block_xxh3.reserve(blocks);
+  for (const Json& h : *hashes) {
+    auto hash = h.is_string() ? HashFromHex(h.get<std::string>())
+                              : absl::StatusOr<uint64_t>(absl::InvalidArgumentError("not a string"));
+    if (!hash.ok()) return Corrupt(path, absl::StrCat(where, ": block_xxh3: ", hash.status().message()));
+    t->block_xxh3.push_back(*hash);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, size_t index,
                                        const std::unordered_map<std::string, uint64_t>& shards,
                                        uint64_t alignment) {
@@ -115,6 +185,16 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
       return Corrupt(path, absl::StrCat(where, ": unknown placement ", placement->dump()));
     }
     t.placement = *parsed_placement;
+  }
+  if (auto global = j.find("global_shape"); global != j.end()) {
+    absl::Status placed = ParseChunkPlace(j, *global, path, where, &t);
+    if (!placed.ok()) return placed;
+  } else if (t.placement == TensorPlacement::kSharded) {
+    return Corrupt(path, absl::StrCat(where, ": a sharded record without global_shape"));
+  }
+  if (auto block_bytes = j.find("block_bytes"); block_bytes != j.end()) {
+    absl::Status blocks = ParseBlockHashes(j, *block_bytes, path, where, &t);
+    if (!blocks.ok()) return blocks;
   }
   auto bound = j.find("error_bound");
   if (bound != j.end()) {

@@ -18,6 +18,11 @@ namespace ckpt::internal {
 
 inline constexpr int kFormatVersion = 1;
 inline constexpr uint64_t kRecordAlignment = 4096;
+// A writer hashes each block of this many bytes of a sharded record stored
+// whole (TensorInfo::block_xxh3), so a reader can check part of it. Small
+// enough that a region read rounds out by little; large enough that a
+// gigabyte of chunk costs 4096 hashes in the manifest.
+inline constexpr uint64_t kBlockBytes = uint64_t{256} << 10;
 // Bounds a reader enforces before it allocates anything a manifest implies.
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 30;
 inline constexpr uint64_t kMaxShardBytes = uint64_t{1} << 50;

@@ -31,6 +31,7 @@ absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::stri
   const uint64_t length = file->direct() ? AlignUp(t.stored_bytes, kDirectIoAlignment) : t.stored_bytes;
   CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(length, false));
   IoExecutor io(files.queue(), files.io().chunk_bytes);
+  files.CountRead(length);
   CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, t.offset, stored.data(), length, 0, -1,
                                 t.stored_bytes));
   CKPT_RETURN_IF_ERROR(io.Drain());

@@ -126,6 +126,7 @@ absl::Status RawRecordReads::AddPart(IoExecutor& io, File* file, Part part, uint
                                      void* buf, size_t length, size_t required, int buf_index) {
   parts_.push_back(part);
   ++parts_left_[part.record];
+  files_.CountRead(length);
   return io.Start(IoOp::Kind::kRead, file, offset, buf, length, parts_.size() - 1, buf_index,
                   required);
 }

@@ -26,6 +26,9 @@ class ShardFiles {
   absl::StatusOr<File*> Get(const std::string& dir, const std::string& shard);
 
   IoQueue* queue() const { return backend_.queue.get(); }
+  // Every read of these files reports its length here (Reader::bytes_read).
+  void CountRead(uint64_t bytes) { bytes_read_ += bytes; }
+  uint64_t bytes_read() const { return bytes_read_; }
   const IoOptions& io() const { return io_; }
 
  private:
@@ -33,6 +36,7 @@ class ShardFiles {
   const IoOptions io_;
   OpenedIo backend_;                                    // `direct` may turn off
   std::map<std::string, std::unique_ptr<File>> files_;  // by path; closed before the queue
+  uint64_t bytes_read_ = 0;
 };
 
 }  // namespace ckpt::internal

@@ -86,6 +86,7 @@ absl::Status VerifyFullCheckpoint(ShardFiles& files, ReadChunks& chunks, const s
       ring.push_back(Piece{next_tensor, next_start, n, chunk, false});
       chunk_to_piece[chunk] = ring.size() - 1;
       const size_t length = (*file)->direct() ? AlignUp(n, kDirectIoAlignment) : n;
+      files.CountRead(length);
       status = io.Start(IoOp::Kind::kRead, *file, t.offset + next_start, chunks.chunk(chunk),
                         length, chunk, chunks.buf_index(chunk), n);
       next_start += n;
