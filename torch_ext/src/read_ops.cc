@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/catalog.h"
 #include "ckpt/json.h"
-#include "ckpt/kinds.h"
 #include "ckpt/newest.h"
 #include "ckpt/reader.h"
 #include "tensor_convert.h"
@@ -208,17 +207,6 @@ std::string DescribeStep(const std::string& root, std::optional<int64_t> step,
     nlohmann::json j = nlohmann::json::parse(TensorInfoJson(t));
     if (!j.contains("placement")) j["placement"] = std::string(TensorPlacementName(t.placement));
     if (!j.contains("rank")) j["rank"] = t.rank;
-    if (!t.chunks.empty() && !j.contains("chunks")) {
-      nlohmann::json chunks = nlohmann::json::array();
-      for (const TensorInfo::Chunk& c : t.chunks) {
-        chunks.push_back({{"rank", c.rank},
-                          {"offset", c.offset},
-                          {"shape", c.shape},
-                          {"stored_bytes", c.stored_bytes},
-                          {"encoding", std::string(RecordEncodingName(c.encoding))}});
-      }
-      j["chunks"] = std::move(chunks);
-    }
     tensors.push_back(std::move(j));
   }
   nlohmann::json out{{"step", reader->step()},

@@ -141,10 +141,18 @@ class _Flattener:
             self.names.append(name)
             self.tensors.append(local)
         elif _dtensor.writes_chunk(dt):
-            self.chunks[len(self.names)] = (list(dt.shape), offset)
-            self.names.append(name)
-            self.tensors.append(local)
+            if dt.numel() == 0:  # nothing to tile: the mesh's first rank saves it whole
+                if all(c == 0 for c in dt.device_mesh.get_coordinate()):
+                    self._add_chunk(name, torch.empty(dt.shape, dtype=local.dtype),
+                                    list(dt.shape), [0] * dt.dim())
+            elif local.numel():  # (an uneven shard may leave a rank nothing)
+                self._add_chunk(name, local, list(dt.shape), offset)
         return {"$tensor": name}
+
+    def _add_chunk(self, name, local, global_shape, offset):
+        self.chunks[len(self.names)] = (global_shape, offset)
+        self.names.append(name)
+        self.tensors.append(local)
 
     def _encode_container(self, x, t, path):
         if t is list:
