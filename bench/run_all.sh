@@ -14,7 +14,7 @@
 # lines), and append NAME to BENCHES.
 set -euo pipefail
 
-BENCHES=(io async_save delta torch_api real_state background_priority peers distributed)
+BENCHES=(io async_save delta torch_api real_state background_priority peers distributed reshard)
 
 # bench_io DATA_DIR: durable write and cold restore per I/O backend vs fio.
 bench_io() {
@@ -108,6 +108,17 @@ bench_distributed() {
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/distributed_bench.py" "${args[@]}"
+}
+
+# bench_reshard DATA_DIR: a DTensor state (~350 MiB; quick ~85 MiB) saved by 2
+# ranks, loaded cold by 1 and by 2 ranks, ckpt vs dcp.save/dcp.load of the same
+# DTensors: load time ratio and bytes read over the bytes the boxes need.
+bench_reshard() {
+  local args=(--dir="$1/reshard")
+  ((QUICK)) && args+=(--quick)
+  ((KEEP)) && args+=(--keep)
+  PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
+    "$PYTHON" "$ROOT/bench/reshard_bench.py" "${args[@]}"
 }
 
 # ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ failure with a stack, not a stuck test.
 
 import datetime
 import faulthandler
+import importlib
 import itertools
 import json
 import multiprocessing
@@ -80,7 +81,8 @@ class World:
 
 
 def run_world(scenario, world, workdir, timeout=120.0, env=None, **kwargs):
-    """Runs scenario `scenario` (a function of this module) on `world` fresh
+    """Runs scenario `scenario` (a function of this module, or
+    "module:function" of another module beside it) on `world` fresh
     ranks; `env` maps a rank to environment variables set in it before it
     starts (e.g. CKPT_KILL_POINT); `kwargs` reach the scenario as attributes
     of its context. Returns a World once every rank ended or `timeout` passed."""
@@ -126,6 +128,15 @@ class Context:
         self.__dict__.update(kwargs)
 
 
+def _scenario(name):
+    """The scenario function `name` of this module, or "module:function" of
+    another (e.g. "dtensor_workers:save_sharded")."""
+    if ":" in name:
+        module, function = name.split(":", 1)
+        return getattr(importlib.import_module(module), function)
+    return globals()[name]
+
+
 def _child(scenario, rank, world, port, kwargs, result_path, log_path, env, timeout):
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -135,7 +146,7 @@ def _child(scenario, rank, world, port, kwargs, result_path, log_path, env, time
     try:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world, timeout=datetime.timedelta(seconds=timeout))
-        result = {"ok": True, "value": globals()[scenario](Context(rank, world, **kwargs))}
+        result = {"ok": True, "value": _scenario(scenario)(Context(rank, world, **kwargs))}
     except BaseException as e:  # noqa: BLE001 -- reported to the test
         result = {"ok": False, "type": type(e).__name__, "message": str(e),
                   "traceback": traceback.format_exc()}

@@ -12,8 +12,8 @@ import ckpt  # loads the extension
 
 SAVE_ASYNC_SCHEMA = (
     "ckpt::save_async(__torch__.torch.classes.ckpt.Engine engine, int step, str[] names, "
-    "Tensor[] tensors, str extras_json=\"{}\", int[] placements=[]) -> "
-    "__torch__.torch.classes.ckpt.SaveHandle")
+    "Tensor[] tensors, str extras_json=\"{}\", int[] placements=[], int[][]? global_shapes=None, "
+    "int[][]? global_offsets=None) -> __torch__.torch.classes.ckpt.SaveHandle")
 
 
 def test_schemas():
@@ -21,6 +21,9 @@ def test_schemas():
     assert str(torch.ops.ckpt.read.default._schema) == \
         "ckpt::read(str root, int? step=None, int? rank=None) -> (int, str[], Tensor[], str, str[])"
     assert str(torch.ops.ckpt.list_steps.default._schema) == "ckpt::list_steps(str root) -> int[]"
+    assert str(torch.ops.ckpt.read_regions.default._schema) == \
+        ("ckpt::read_regions(str root, int step, str[] names, int[][] offsets, Tensor[](a!) tensors, "
+         "int? rank=None) -> int")
 
 
 def test_save_and_read_with_ops(root):

@@ -190,8 +190,10 @@ EngineHolder::EngineHolder(const std::string& root, const EngineOptions& options
 
 c10::intrusive_ptr<SaveHandleHolder> EngineHolder::SaveAsync(
     int64_t step, const std::vector<std::string>& names, at::TensorList tensors,
-    const std::string& extras_json, const std::vector<int64_t>& placements) {
-  SaveInputs in = MakeSaveInputs(names, tensors, placements);
+    const std::string& extras_json, const std::vector<int64_t>& placements,
+    const std::vector<std::vector<int64_t>>& global_shapes,
+    const std::vector<std::vector<int64_t>>& global_offsets) {
+  SaveInputs in = MakeSaveInputs(names, tensors, placements, global_shapes, global_offsets);
   auto handle = engine_->SaveAsync(step, std::span<const TensorView>(in.views), extras_json);
   ThrowIfError(handle.status(), absl::StrCat("ckpt: save of step ", step, ": "));
   // Eager staging of host tensors is finished: nothing needs to stay alive.
@@ -201,8 +203,10 @@ c10::intrusive_ptr<SaveHandleHolder> EngineHolder::SaveAsync(
 }
 
 void EngineHolder::ReserveStaging(const std::vector<std::string>& names, at::TensorList tensors,
-                                  bool wait, const std::vector<int64_t>& placements) {
-  SaveInputs in = MakeSaveInputs(names, tensors, placements);
+                                  bool wait, const std::vector<int64_t>& placements,
+                                  const std::vector<std::vector<int64_t>>& global_shapes,
+                                  const std::vector<std::vector<int64_t>>& global_offsets) {
+  SaveInputs in = MakeSaveInputs(names, tensors, placements, global_shapes, global_offsets);
   ThrowIfError(engine_->ReserveStaging(std::span<const TensorView>(in.views), wait),
                "ckpt: reserve staging memory: ");
 }

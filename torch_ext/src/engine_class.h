@@ -74,14 +74,19 @@ class EngineHolder : public torch::CustomClassHolder {
   ~EngineHolder() override = default;
 
   // `torch.ops.ckpt.save_async`: see ops.cc. `placements` is empty (every
-  // tensor kDefault) or one `TensorPlacement` value per tensor.
-  c10::intrusive_ptr<SaveHandleHolder> SaveAsync(int64_t step, const std::vector<std::string>& names,
-                                                 at::TensorList tensors,
-                                                 const std::string& extras_json,
-                                                 const std::vector<int64_t>& placements = {});
+  // tensor kDefault) or one `TensorPlacement` value per tensor;
+  // `global_shapes` / `global_offsets` place kSharded chunks (see
+  // `MakeSaveInputs`).
+  c10::intrusive_ptr<SaveHandleHolder> SaveAsync(
+      int64_t step, const std::vector<std::string>& names, at::TensorList tensors,
+      const std::string& extras_json, const std::vector<int64_t>& placements = {},
+      const std::vector<std::vector<int64_t>>& global_shapes = {},
+      const std::vector<std::vector<int64_t>>& global_offsets = {});
   // `torch.ops.ckpt.reserve_staging`: see ops.cc.
   void ReserveStaging(const std::vector<std::string>& names, at::TensorList tensors, bool wait,
-                      const std::vector<int64_t>& placements = {});
+                      const std::vector<int64_t>& placements = {},
+                      const std::vector<std::vector<int64_t>>& global_shapes = {},
+                      const std::vector<std::vector<int64_t>>& global_offsets = {});
   // Stops the engine (waiting for, or with `cancel` abandoning, saves in
   // flight); raises the first background error no handle reported.
   void Close(bool cancel);

@@ -7,6 +7,7 @@
 //   h.wait()             # committed and durable, or raises the library's error
 //   torch.ops.ckpt.reserve_staging(engine, ["w"], [w])  # pre-fault staging memory in the background
 //   step, names, tensors, extras, skipped = torch.ops.ckpt.read(root, None)
+//   bytes_read = torch.ops.ckpt.read_regions(root, step, ["w"], [[4, 0]], [box])  # w[4:4+n, :m]
 //   engine = torch.ops.ckpt.open_engine(root, "{}", pg.boxed(), "ckpt/run1/0", 300.0)  # one rank
 //   code, message = torch.ops.ckpt.last_error()  # after catching: "NOT_FOUND", ...
 //
@@ -35,16 +36,28 @@ std::optional<int64_t> Step(const c10::optional<int64_t>& step) {
   return step.has_value() ? std::optional<int64_t>(*step) : std::nullopt;
 }
 
+// `int[][]?`: a list per tensor, or None for none (a list of lists takes no
+// `[]` default in a schema).
+using OptionalLists = c10::optional<std::vector<std::vector<int64_t>>>;
+std::vector<std::vector<int64_t>> Lists(const OptionalLists& lists) {
+  return lists.has_value() ? *lists : std::vector<std::vector<int64_t>>();
+}
+
 c10::intrusive_ptr<SaveHandleHolder> SaveAsyncOp(const c10::intrusive_ptr<EngineHolder>& engine,
                                                  int64_t step, std::vector<std::string> names,
                                                  at::TensorList tensors, std::string extras_json,
-                                                 std::vector<int64_t> placements) {
-  return engine->SaveAsync(step, names, tensors, extras_json, placements);
+                                                 std::vector<int64_t> placements,
+                                                 OptionalLists global_shapes,
+                                                 OptionalLists global_offsets) {
+  return engine->SaveAsync(step, names, tensors, extras_json, placements, Lists(global_shapes),
+                           Lists(global_offsets));
 }
 
 void ReserveStagingOp(const c10::intrusive_ptr<EngineHolder>& engine, std::vector<std::string> names,
-                      at::TensorList tensors, bool wait, std::vector<int64_t> placements) {
-  engine->ReserveStaging(names, tensors, wait, placements);
+                      at::TensorList tensors, bool wait, std::vector<int64_t> placements,
+                      OptionalLists global_shapes, OptionalLists global_offsets) {
+  engine->ReserveStaging(names, tensors, wait, placements, Lists(global_shapes),
+                         Lists(global_offsets));
 }
 
 c10::intrusive_ptr<EngineHolder> OpenEngineOp(std::string root, std::string options_json,
@@ -68,6 +81,12 @@ std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoOp(
     std::string root, c10::optional<int64_t> step, std::vector<std::string> names,
     at::TensorList tensors, c10::optional<int64_t> rank) {
   return ReadIntoStep(root, Step(step), names, tensors, Step(rank));
+}
+
+int64_t ReadRegionsOp(std::string root, int64_t step, std::vector<std::string> names,
+                      std::vector<std::vector<int64_t>> offsets, at::TensorList tensors,
+                      c10::optional<int64_t> rank) {
+  return ReadRegionsStep(root, step, names, offsets, tensors, Step(rank));
 }
 
 std::vector<int64_t> ListStepsOp(std::string root) { return ListSteps(root); }
@@ -120,12 +139,13 @@ TORCH_LIBRARY(ckpt, m) {
 
   m.def(
       "save_async(__torch__.torch.classes.ckpt.Engine engine, int step, str[] names, "
-      "Tensor[] tensors, str extras_json=\"{}\", int[] placements=[]) -> "
-      "__torch__.torch.classes.ckpt.SaveHandle",
+      "Tensor[] tensors, str extras_json=\"{}\", int[] placements=[], int[][]? global_shapes=None, "
+      "int[][]? global_offsets=None) -> __torch__.torch.classes.ckpt.SaveHandle",
       SaveAsyncOp);
   m.def(
       "reserve_staging(__torch__.torch.classes.ckpt.Engine engine, str[] names, Tensor[] tensors, "
-      "bool wait=False, int[] placements=[]) -> ()",
+      "bool wait=False, int[] placements=[], int[][]? global_shapes=None, "
+      "int[][]? global_offsets=None) -> ()",
       ReserveStagingOp);
   // One rank of a multi-rank checkpoint on a torch.distributed group (pass
   // `pg.boxed()`); no group, or a group of one, is a single-process engine.
@@ -145,6 +165,13 @@ TORCH_LIBRARY(ckpt, m) {
       "read_into(str root, int? step, str[] names, Tensor[](a!) tensors, int? rank=None) -> "
       "(int, str, str[])",
       ReadIntoOp);
+  // Boxes of tensors of checkpoint `step`: tensors[i] (its shape is the
+  // box's) gets the elements of names[i] from offsets[i] on; returns the
+  // bytes read from shard files (Reader::bytes_read).
+  m.def(
+      "read_regions(str root, int step, str[] names, int[][] offsets, Tensor[](a!) tensors, "
+      "int? rank=None) -> int",
+      ReadRegionsOp);
   m.def("list_steps(str root) -> int[]", ListStepsOp);
   m.def("describe(str root, int? step=None, int? rank=None) -> str", DescribeOp);
   m.def("verify(str root, int step, int? rank=None) -> ()", VerifyOp);

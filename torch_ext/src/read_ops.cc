@@ -146,6 +146,58 @@ std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
   return {chosen, std::move(extras), std::move(skipped)};
 }
 
+int64_t ReadRegionsStep(const std::string& root, int64_t step, const std::vector<std::string>& names,
+                        const std::vector<std::vector<int64_t>>& offsets, at::TensorList tensors,
+                        std::optional<int64_t> rank) {
+  TORCH_CHECK_VALUE(names.size() == tensors.size() && names.size() == offsets.size(),
+                    "ckpt: read_regions got ", names.size(), " names, ", offsets.size(),
+                    " offsets and ", tensors.size(), " tensors");
+  TORCH_CHECK_VALUE(step >= 0, "ckpt: read_regions needs a step >= 0, got ", step);
+  std::unique_ptr<Reader> reader = OpenOrThrow(root, step, Rank(rank));
+  // As in ReadIntoStep: CPU-contiguous destinations are filled in place,
+  // others through a CPU temporary copied over once every read verified.
+  std::vector<RegionTarget> targets;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (temporary, destination)
+  for (size_t i = 0; i < names.size(); ++i) {
+    const at::Tensor& dst = tensors[i];
+    const TensorInfo* info = reader->Find(names[i]);
+    TORCH_CHECK_VALUE(info != nullptr, "ckpt: step ", step, " in ", root, " has no tensor \"",
+                      names[i], "\"");
+    TORCH_CHECK_VALUE(dst.defined() && dst.layout() == c10::kStrided, "ckpt: destination of \"",
+                      names[i], "\" is not a dense tensor");
+    std::optional<DType> dtype = ToCkptDType(dst.scalar_type());
+    TORCH_CHECK_TYPE(dtype == info->dtype, "ckpt: tensor \"", names[i], "\" of step ", step, " is ",
+                     std::string(DTypeName(info->dtype)), " but its destination is ",
+                     DTypeNameOf(dst.scalar_type()));
+    const size_t dims = info->shape.size();
+    TORCH_CHECK_VALUE(offsets[i].size() == dims && static_cast<size_t>(dst.dim()) == dims,
+                      "ckpt: tensor \"", names[i], "\" of step ", step, " has shape ",
+                      c10::IntArrayRef(info->shape), ": a box of it needs ", dims,
+                      " offsets and a destination of ", dims, " dimensions, got offsets ",
+                      c10::IntArrayRef(offsets[i]), " and shape ", dst.sizes());
+    for (size_t d = 0; d < dims; ++d) {
+      TORCH_CHECK_VALUE(offsets[i][d] >= 0 && offsets[i][d] + dst.size(d) <= info->shape[d],
+                        "ckpt: the box at ", c10::IntArrayRef(offsets[i]), " of shape ",
+                        dst.sizes(), " lies outside tensor \"", names[i], "\" of step ", step,
+                        " (shape ", c10::IntArrayRef(info->shape), ")");
+    }
+    if (dst.numel() == 0) continue;
+    at::Tensor host = dst;
+    if (!dst.is_cpu() || !dst.is_contiguous()) {
+      host = at::empty(dst.sizes(), dst.options().device(c10::kCPU));
+      copies.emplace_back(host, dst);
+    }
+    targets.push_back(RegionTarget{names[i], offsets[i],
+                                   std::vector<int64_t>(dst.sizes().begin(), dst.sizes().end()),
+                                   host.data_ptr(),
+                                   static_cast<size_t>(host.numel() * host.element_size())});
+  }
+  ThrowIfError(reader->ReadRegions(targets),
+               absl::StrCat("ckpt: load step ", step, " from ", root, OfRank(Rank(rank)), ": "));
+  for (auto& [host, dst] : copies) dst.copy_(host);
+  return static_cast<int64_t>(reader->bytes_read());
+}
+
 std::string DescribeStep(const std::string& root, std::optional<int64_t> step,
                          std::optional<int64_t> rank) {
   if (step.has_value() && *step < 0) step.reset();

@@ -43,12 +43,28 @@ std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
     const std::string& root, std::optional<int64_t> step, const std::vector<std::string>& names,
     at::TensorList tensors, std::optional<int64_t> rank = std::nullopt);
 
+// `ReadRegionsStep` fills each of `tensors` (in place; any device, any
+// strides) with a box of the tensor `names[i]` of checkpoint `step`: the
+// elements from `offsets[i]` (one entry per dimension) on, as many per
+// dimension as `tensors[i]` has (Reader::ReadRegions). The tensor may be a
+// sharded one (only the chunks overlapping the box are read) or any other.
+// dtype must match; a box outside the tensor is a ValueError. Tensors that
+// are not CPU-contiguous are filled through a CPU temporary, copied over only
+// once every read verified. Returns the bytes the reader read from shard
+// files (Reader::bytes_read: what the boxes cost, block rounding included).
+int64_t ReadRegionsStep(const std::string& root, int64_t step, const std::vector<std::string>& names,
+                        const std::vector<std::vector<int64_t>>& offsets, at::TensorList tensors,
+                        std::optional<int64_t> rank = std::nullopt);
+
 // `DescribeStep` is the manifest of a checkpoint (newest whose manifest
 // verifies when no step) as JSON: {"step", "dir", "world_size", "rank" (-1:
 // all of it), "extras" (the reader's extras_json(): the viewed rank's),
 // "tensors": [{"name", "dtype", "shape", "raw_bytes", "stored_bytes",
 // "encoding", "error_bound", "placement" ("default", "replicated",
-// "rank_local"), "rank"}]}. Reads no tensor data.
+// "rank_local", "sharded"), "rank" (-1 for a sharded tensor)}]}; a sharded
+// tensor, shown once with its global shape, adds "chunks": [{"rank",
+// "offset", "shape", "stored_bytes", "encoding"}], one per saved chunk.
+// Reads no tensor data.
 std::string DescribeStep(const std::string& root, std::optional<int64_t> step,
                          std::optional<int64_t> rank = std::nullopt);
 

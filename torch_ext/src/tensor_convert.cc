@@ -52,6 +52,24 @@ TensorView ViewOf(const std::string& name, const at::Tensor& t, DType dtype) {
   return view;
 }
 
+// Fills `view`'s place in its global tensor. A kSharded view takes one
+// entry per dimension in each; any other view none.
+void SetChunk(const std::string& name, const std::vector<int64_t>& global_shape,
+              const std::vector<int64_t>& global_offset, TensorView* view) {
+  if (view->placement != TensorPlacement::kSharded) {
+    TORCH_CHECK_VALUE(global_shape.empty() && global_offset.empty(), "ckpt: tensor \"", name,
+                      "\" has a global shape or offset but is not placed as sharded (3)");
+    return;
+  }
+  const size_t dims = view->shape.size();
+  TORCH_CHECK_VALUE(global_shape.size() == dims && global_offset.size() == dims, "ckpt: tensor \"",
+                    name, "\" is a chunk of ", dims, " dimensions, but its global shape ",
+                    c10::IntArrayRef(global_shape), " and offset ", c10::IntArrayRef(global_offset),
+                    " do not have one entry per dimension");
+  view->global_shape = global_shape;
+  view->global_offset = global_offset;
+}
+
 }  // namespace
 
 std::optional<DType> ToCkptDType(c10::ScalarType type) {
@@ -102,11 +120,19 @@ std::string DTypeNameOf(c10::ScalarType type) {
 }
 
 SaveInputs MakeSaveInputs(const std::vector<std::string>& names, at::TensorList tensors,
-                          const std::vector<int64_t>& placements) {
+                          const std::vector<int64_t>& placements,
+                          const std::vector<std::vector<int64_t>>& global_shapes,
+                          const std::vector<std::vector<int64_t>>& global_offsets) {
   TORCH_CHECK_VALUE(names.size() == tensors.size(), "ckpt: save got ", names.size(),
                     " names but ", tensors.size(), " tensors");
   TORCH_CHECK_VALUE(placements.empty() || placements.size() == tensors.size(), "ckpt: save got ",
                     tensors.size(), " tensors but ", placements.size(), " placements");
+  TORCH_CHECK_VALUE(global_shapes.empty() || global_shapes.size() == tensors.size(),
+                    "ckpt: save got ", tensors.size(), " tensors but ", global_shapes.size(),
+                    " global shapes");
+  TORCH_CHECK_VALUE(global_offsets.size() == global_shapes.size(), "ckpt: save got ",
+                    global_shapes.size(), " global shapes but ", global_offsets.size(),
+                    " global offsets");
   SaveInputs in;
   in.views.reserve(tensors.size());
   in.owners.reserve(tensors.size());
@@ -128,11 +154,12 @@ SaveInputs MakeSaveInputs(const std::vector<std::string>& names, at::TensorList 
     in.views.push_back(ViewOf(names[i], owner, *dtype));
     if (!placements.empty()) {
       const int64_t p = placements[i];
-      TORCH_CHECK_VALUE(p >= 0 && p <= static_cast<int64_t>(TensorPlacement::kRankLocal),
+      TORCH_CHECK_VALUE(p >= 0 && p <= static_cast<int64_t>(TensorPlacement::kSharded),
                         "ckpt: placement of tensor \"", names[i], "\" is ", p,
-                        "; expected 0 (default), 1 (replicated) or 2 (rank-local)");
+                        "; expected 0 (default), 1 (replicated), 2 (rank-local) or 3 (sharded)");
       in.views.back().placement = static_cast<TensorPlacement>(p);
     }
+    if (!global_shapes.empty()) SetChunk(names[i], global_shapes[i], global_offsets[i], &in.views.back());
     in.owners.push_back(std::move(owner));
   }
   return in;

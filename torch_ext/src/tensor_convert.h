@@ -40,10 +40,15 @@ struct SaveInputs {
 // that stream. Throws (TORCH_CHECK) on a length mismatch, an undefined or
 // sparse tensor, an unsupported dtype, or a device this build cannot stage.
 // `placements` is empty (every view kDefault) or holds one
-// `TensorPlacement` value (0 default, 1 replicated, 2 rank-local) per tensor;
-// ValueError otherwise.
+// `TensorPlacement` value (0 default, 1 replicated, 2 rank-local, 3 sharded)
+// per tensor; ValueError otherwise. `global_shapes` and `global_offsets` are
+// empty or hold one list per tensor: for a kSharded tensor (a chunk of a
+// global tensor) the global tensor's shape and where the chunk starts in it,
+// one entry per dimension of the tensor; for any other, an empty list.
 SaveInputs MakeSaveInputs(const std::vector<std::string>& names, at::TensorList tensors,
-                          const std::vector<int64_t>& placements = {});
+                          const std::vector<int64_t>& placements = {},
+                          const std::vector<std::vector<int64_t>>& global_shapes = {},
+                          const std::vector<std::vector<int64_t>>& global_offsets = {});
 
 // `FromCkptTensor` wraps a tensor read back from a checkpoint as a CPU
 // at::Tensor that owns its bytes (no copy). Throws for a dtype this LibTorch

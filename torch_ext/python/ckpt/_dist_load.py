@@ -8,9 +8,15 @@ raised, so a failure on one rank raises on every rank instead of leaving the
 others waiting in the next collective.
 
 The step: each rank proposes the newest step at or below a bound whose part
-it can read (without `into`: it reads it, and keeps what it read) or verify
-(with `into`: it loads only the agreed step); the bound becomes the smallest
-proposal, until every rank proposes the same step.
+it can read (without `into`: it reads it, and keeps what it read; with
+`into`: it loads it into `into`, and loads again if the ranks settle on an
+older step); the bound becomes the smallest proposal, until every rank
+proposes the same step.
+
+The part: a checkpoint written by as many ranks as the group has loads each
+rank's own part on that rank. One written by another number of ranks (or by
+one process) is resharded: every rank reads its global tensors (DTensors'
+chunks and replicated tensors), as loading.py does without a rank.
 """
 from . import loading
 from .errors import CheckpointError, error_for
@@ -53,50 +59,35 @@ def _collective(group, root, fn):
     return [o[1] for o in gathered], value
 
 
-def _check_world(root, step, world):
-    info = loading.describe(root, step)
-    if info.get("world_size", 1) != world:
-        raise ValueError(f"ckpt: step {step} in {root} was written by {info.get('world_size', 1)} "
-                         f"rank(s), but this group has {world} (loading onto another number of "
-                         "ranks is not supported; without a group, ckpt.load(root, rank=r) reads "
-                         "any rank's part)")
+def _part(root, step, rank, world):
+    """The `rank` argument of loading.py's loads for rank `rank` of a group
+    of `world` loading `step`: `rank` if as many ranks wrote it, else None
+    (its global tensors, resharded)."""
+    return rank if loading.describe(root, step).get("world_size", 1) == world else None
 
 
-def _try(root, step, rank, world, read):
-    """Checks or reads rank `rank`'s part of `step`: the state read (read), or None."""
-    _check_world(root, step, world)
-    if read:
-        return loading._read_part(root, step, rank)[1]
-    loading.verify(root, step, rank)
-    return None
-
-
-def load_with_group(root, step, into, strict, group):
+def load_with_group(root, step, into, strict, group, stats=None):
     """(step, state): this rank's part of the agreed checkpoint (see the module)."""
     rank, world = group.rank(), group.size()
 
-    def load_into(s):
-        _check_world(root, s, world)
-        return s, loading._load_into(root, s, into, strict, rank)[1]
+    def attempt(s):  # the state this rank reads of step `s`, or `into` loaded with it
+        part = _part(root, s, rank, world)
+        if into is None:
+            return loading._read_part(root, s, part, stats)[1]
+        return loading._load_into(root, s, into, strict, part, stats)[1]
 
     if step is not None and int(step) >= 0:
         step = int(step)
-        read = (lambda: (step, _try(root, step, rank, world, read=True))) if into is None \
-            else (lambda: load_into(step))
-        return step, _collective(group, root, read)[1]
+        return step, _collective(group, root, lambda: (step, attempt(step)))[1]
 
-    def propose():  # (step, (step, state or None)): the newest this rank can read at most `bound`
+    def propose():  # (step, (step, state)): the newest this rank can load at most `bound`
         got = kept if kept is not None and kept[0] == bound else loading.newest_that_reads(
-            root, lambda s: _try(root, s, rank, world, read=into is None), bound,
-            who=f"rank {rank} ")
+            root, attempt, bound, who=f"rank {rank} ")
         return got[0], got
 
-    bound, kept = None, None  # kept: (step, state or None) this rank read or verified
+    bound, kept = None, None  # kept: (step, state) this rank loaded
     while True:
         steps, kept = _collective(group, root, propose)
         bound = min(steps)
         if all(s == bound for s in steps):
-            break
-    if into is None:
-        return kept
-    return bound, _collective(group, root, lambda: load_into(bound))[1]
+            return kept

@@ -13,7 +13,7 @@ import os
 import threading
 
 # Placement codes of torch.ops.ckpt.save_async (ckpt::TensorPlacement).
-DEFAULT, REPLICATED, RANK_LOCAL = 0, 1, 2
+DEFAULT, REPLICATED, RANK_LOCAL, SHARDED = 0, 1, 2, 3
 
 _openings = collections.Counter()  # abspath(root) -> multi-rank checkpointers opened on it here
 _openings_lock = threading.Lock()
@@ -125,13 +125,18 @@ class Placements:
         self._replicated = _selector(replicated, "replicated")
         self._rank_local = _selector(rank_local, "rank_local")
 
-    def of(self, names):
+    def of(self, names, sharded=()):
         """One placement code per name ([] when every tensor is default);
-        ValueError naming a tensor selected by both."""
-        if self._replicated is None and self._rank_local is None:
+        ValueError naming a tensor selected by both. `sharded`: positions in
+        `names` of DTensor chunks, which are SHARDED whatever the selectors
+        say."""
+        if self._replicated is None and self._rank_local is None and not sharded:
             return []
         out = []
-        for name in names:
+        for i, name in enumerate(names):
+            if i in sharded:
+                out.append(SHARDED)
+                continue
             rep = self._replicated is not None and self._replicated(name)
             loc = self._rank_local is not None and self._rank_local(name)
             if rep and loc:

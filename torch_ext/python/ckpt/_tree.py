@@ -23,14 +23,23 @@ structure. Types survive exactly:
 
 An object with state_dict() and load_state_dict() (nn.Module, Optimizer, LR
 scheduler, a dataloader or RNG holder: a "stateful" object) is saved as what
-its state_dict() returns. Tensor subclasses (DTensor, ShardedTensor, any
-type(t) other than torch.Tensor and nn.Parameter) and anything else are
-refused with a TypeError naming where they are: nothing is ever pickled, so
-loading a checkpoint never runs code.
+its state_dict() returns.
+
+A DTensor is saved as {"$tensor": name} too, its global tensor under `name`:
+with a multi-rank checkpointer this rank's local tensor is a chunk of it (or
+nothing, where another rank writes the same box; see _dtensor.py), on one
+process the local tensor must be the whole tensor. Its mesh and placements
+are recorded beside the tree, {"dtensors": {name: {...}}}, for information
+(a reader that does not know the member ignores it). Other tensor subclasses
+(ShardedTensor, any type(t) other than torch.Tensor, nn.Parameter and
+DTensor) and anything else are refused with a TypeError naming where they
+are: nothing is ever pickled, so loading a checkpoint never runs code.
 """
 import collections
 
 import torch
+
+from . import _dtensor
 
 FORMAT = 1
 _INT64_MIN = -(2 ** 63)
@@ -44,9 +53,12 @@ SAVABLE_DTYPES = frozenset(
 
 
 class _Flattener:
-    def __init__(self):
+    def __init__(self, multi_rank):
+        self.multi_rank = multi_rank
         self.names = []
         self.tensors = []
+        self.chunks = {}  # position in `names` -> (global shape, global offset) of a DTensor's chunk
+        self.dtensors = {}  # name -> _dtensor.mesh_info
         self._used = set()
         self._active = set()  # ids of containers on the current path (cycle check)
 
@@ -63,14 +75,10 @@ class _Flattener:
         t = type(x)
         if isinstance(x, torch.Tensor):
             if t is not torch.Tensor and t is not torch.nn.Parameter:
+                if _dtensor.is_dtensor(x):
+                    return self._encode_dtensor(x, path)
                 raise TypeError(subclass_message(x, path))
-            if x.is_sparse or x.layout != torch.strided:
-                raise TypeError(f"ckpt: cannot save the {x.layout} tensor at {_where(path)}: "
-                                "only dense (strided) tensors are saved")
-            if x.dtype not in SAVABLE_DTYPES:
-                raise TypeError(f"ckpt: cannot save the tensor at {_where(path)}: its dtype {x.dtype} "
-                                "is not one a checkpoint holds (bool, uint8, int8..int64, float16, "
-                                "bfloat16, float32, float64)")
+            check_savable(x, path)
             name = self.tensor_name(path)
             self.names.append(name)
             self.tensors.append(x.detach())
@@ -115,6 +123,37 @@ class _Flattener:
             "load_state_dict(); other objects are never pickled "
             "(convert it, e.g. to a dict of those, or leave it out)")
 
+    def _encode_dtensor(self, dt, path):
+        _dtensor.check(dt, _where(path))
+        local = _dtensor.local_tensor(dt).detach()
+        check_savable(local, path)
+        shape, offset = _dtensor.local_box(dt)
+        name = self.tensor_name(path)
+        self.dtensors[name] = _dtensor.mesh_info(dt)
+        if not self.multi_rank:
+            if shape != list(dt.shape):
+                raise ValueError(
+                    f"ckpt: {_where(path)} is a DTensor of shape {list(dt.shape)} of which this "
+                    f"rank holds {shape} at {offset} (mesh {list(dt.device_mesh.shape)}, "
+                    f"placements {_dtensor.describe_placements(dt)}), but the checkpointer is "
+                    "single-process: open it with the process group (every rank saving its "
+                    "piece), or save dt.full_tensor()")
+            self.names.append(name)
+            self.tensors.append(local)
+        elif _dtensor.writes_chunk(dt):
+            if dt.numel() == 0:  # nothing to tile: the mesh's first rank saves it whole
+                if all(c == 0 for c in dt.device_mesh.get_coordinate()):
+                    self._add_chunk(name, torch.empty(dt.shape, dtype=local.dtype),
+                                    list(dt.shape), [0] * dt.dim())
+            elif local.numel():  # (an uneven shard may leave a rank nothing)
+                self._add_chunk(name, local, list(dt.shape), offset)
+        return {"$tensor": name}
+
+    def _add_chunk(self, name, local, global_shape, offset):
+        self.chunks[len(self.names)] = (global_shape, offset)
+        self.names.append(name)
+        self.tensors.append(local)
+
     def _encode_container(self, x, t, path):
         if t is list:
             return [self.encode(v, path + (i,)) for i, v in enumerate(x)]
@@ -136,6 +175,17 @@ def is_stateful(x):
         callable(getattr(x, "load_state_dict", None))
 
 
+def check_savable(x, path):
+    """TypeError unless tensor `x` is dense and of a dtype a checkpoint holds."""
+    if x.is_sparse or x.layout != torch.strided:
+        raise TypeError(f"ckpt: cannot save the {x.layout} tensor at {_where(path)}: "
+                        "only dense (strided) tensors are saved")
+    if x.dtype not in SAVABLE_DTYPES:
+        raise TypeError(f"ckpt: cannot save the tensor at {_where(path)}: its dtype {x.dtype} "
+                        "is not one a checkpoint holds (bool, uint8, int8..int64, float16, "
+                        "bfloat16, float32, float64)")
+
+
 def _distributed_kind(cls):
     """"DTensor" or "ShardedTensor" if `cls` is (derived from) one of
     torch.distributed's, else None. Matched by name in the MRO, so nothing of
@@ -149,14 +199,12 @@ def _distributed_kind(cls):
 
 
 def subclass_message(x, path):
-    """The refusal of a DTensor, ShardedTensor or other tensor subclass at `path`."""
+    """The refusal of a ShardedTensor or other tensor subclass at `path`."""
     t = type(x)
-    kind = _distributed_kind(t)
-    if kind is not None:
-        return (f"ckpt: {_where(path)} is a {kind}: it is not saved as such (there is no resharding "
-                "on load); save each rank's local shard instead (t.to_local(), with a multi-rank "
-                "Checkpointer: see rank_local=), or gather it into a full torch.Tensor first "
-                "(full_tensor()), or leave it out")
+    if _distributed_kind(t) == "ShardedTensor":
+        return (f"ckpt: {_where(path)} is a ShardedTensor: it is not saved or loaded as such "
+                "(DTensors are); convert it to a DTensor, save each rank's local shard instead "
+                "(rank_local= with a multi-rank Checkpointer), or leave it out")
     return (f"ckpt: {_where(path)} is a tensor subclass {t.__module__}.{t.__qualname__}: a "
             "checkpoint holds only torch.Tensor and nn.Parameter (convert it, e.g. with "
             "t.as_subclass(torch.Tensor), or leave it out)")
@@ -200,11 +248,41 @@ def _encode_key(k, path):
                     f"{_where(path)}: keys may be None, bool, int, float, str or tuples of those")
 
 
-def flatten(state):
-    """Returns (names, tensors, tree): tensors in visiting order, and the JSON tree."""
-    f = _Flattener()
+class Flat:
+    """A state flattened for a save: `names` and `tensors` (visiting order),
+    the JSON tree `meta`, and for DTensor chunks their positions in `names`
+    with (global shape, global offset) (`chunks`)."""
+
+    def __init__(self, names, tensors, meta, chunks):
+        self.names, self.tensors, self.meta, self.chunks = names, tensors, meta, chunks
+
+    def global_shapes_and_offsets(self):
+        """The `global_shapes` and `global_offsets` arguments of the save ops:
+        ([], []) without chunks, else one list per tensor ([] if not a chunk)."""
+        if not self.chunks:
+            return [], []
+        empty = ([], [])
+        boxes = [self.chunks.get(i, empty) for i in range(len(self.names))]
+        return [b[0] for b in boxes], [b[1] for b in boxes]
+
+
+def flatten_for_save(state, multi_rank):
+    """`state` as a Flat. multi_rank: DTensors become chunks of their global
+    tensors (this rank's, where it writes one); else each DTensor must be
+    whole on this rank and is saved as a plain tensor."""
+    f = _Flattener(multi_rank)
     tree = f.encode(state, ())
-    return f.names, f.tensors, {"format": FORMAT, "tree": tree}
+    meta = {"format": FORMAT, "tree": tree}
+    if f.dtensors:
+        meta["dtensors"] = f.dtensors
+    return Flat(f.names, f.tensors, meta, f.chunks)
+
+
+def flatten(state):
+    """Returns (names, tensors, tree): tensors in visiting order, and the JSON
+    tree, as a single-process save flattens `state`."""
+    flat = flatten_for_save(state, multi_rank=False)
+    return flat.names, flat.tensors, flat.meta
 
 
 def check_format(meta):

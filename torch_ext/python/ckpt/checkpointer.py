@@ -87,7 +87,9 @@ class Checkpointer:
         same name: None, True (every tensor), tensor-name prefixes ("model"
         selects "model.fc.weight"), or a callable(name) -> bool. Tensors
         neither selects must be identical wherever two ranks save the same
-        name. Ignored (but checked) without a group.
+        name. Ignored (but checked) without a group. They select among the
+        plain tensors: a DTensor is always saved as chunks of its global
+        tensor.
 
     Each failed save's error is raised once: by its response (result() or
     exception() of either future) if the caller looks there first, otherwise
@@ -145,19 +147,23 @@ class Checkpointer:
 
         `state` nests dicts, lists and tuples of tensors, plain values and
         objects with state_dict()/load_state_dict() (nn.Module, optimizer, LR
-        scheduler: saved as their state_dict()). Returns once the tensors are
-        staged (or at once with lazy=True). Raises TypeError/ValueError,
-        writing nothing, if `state` holds a value that cannot be saved (e.g. a
-        DTensor or another tensor subclass, naming where it is); raises the
-        oldest unseen error of an earlier save, starting nothing.
+        scheduler: saved as their state_dict()). DTensors are saved as chunks
+        of their global tensors (each box once; docs/python.md, "Sharded
+        state"). Returns once the tensors are staged (or at once with
+        lazy=True). Raises TypeError/ValueError, writing nothing, if `state`
+        holds a value that cannot be saved (e.g. a ShardedTensor or another
+        tensor subclass, naming where it is); raises the oldest unseen error
+        of an earlier save, starting nothing.
         """
         start = time.perf_counter()
         self._saves.catch_up()  # a save that failed by now is reported now
         self._raise_unseen()
         step = int(step)
-        names, tensors, meta = _tree.flatten(state)
-        placements = self._placements.of(names)
-        extras = json.dumps({EXTRAS_KEY: meta}, ensure_ascii=False, allow_nan=False)
+        flat = _tree.flatten_for_save(state, multi_rank=self.process_group is not None)
+        names, tensors = flat.names, flat.tensors
+        placements = self._placements.of(names, sharded=flat.chunks)
+        global_shapes, global_offsets = flat.global_shapes_and_offsets()
+        extras = json.dumps({EXTRAS_KEY: flat.meta}, ensure_ascii=False, allow_nan=False)
         resp = AsyncSaveResponse(step, self._saves.seen)
         while True:
             with self._lock:
@@ -166,8 +172,9 @@ class Checkpointer:
                 failures = self._saves.failures()
                 try:
                     with translate():
-                        resp._handle = torch.ops.ckpt.save_async(self._engine, step, names, tensors,
-                                                                 extras, placements)
+                        resp._handle = torch.ops.ckpt.save_async(
+                            self._engine, step, names, tensors, extras, placements, global_shapes,
+                            global_offsets)
                 except Exception as e:
                     if not _earlier_failure(e, f"ckpt: save of step {step}") or \
                             self._saves.on_own_thread():
@@ -201,10 +208,12 @@ class Checkpointer:
         (an optimizer has its moments only after its first step(), so pass the state
         after that step, or any state with the same names and shapes).
         """
-        names, tensors, _ = _tree.flatten(state)
-        placements = self._placements.of(names)
+        flat = _tree.flatten_for_save(state, multi_rank=self.process_group is not None)
+        placements = self._placements.of(flat.names, sharded=flat.chunks)
+        global_shapes, global_offsets = flat.global_shapes_and_offsets()
         with translate():
-            torch.ops.ckpt.reserve_staging(self._engine, names, tensors, bool(wait), placements)
+            torch.ops.ckpt.reserve_staging(self._engine, flat.names, flat.tensors, bool(wait),
+                                           placements, global_shapes, global_offsets)
 
     def save(self, step, state):
         """save_async(step, state).result(): returns once the checkpoint is durable."""

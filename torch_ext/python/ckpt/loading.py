@@ -1,24 +1,17 @@
 """ckpt.load and friends: reading checkpoints back into a nested state."""
-# (Over 400 lines: load, load(into=), describe, verify and list_steps share
-# the reader calls and the newest-first walk; the multi-rank agreement is in
-# _dist_load.py.)
+# (The multi-rank agreement is in _dist_load.py; what a load into a state
+# does, worked out before anything is read, in _into_plan.py.)
 
-import collections
-import functools
 import json
-import operator
 import warnings
 
 import torch
 
 from . import _distributed, _lib, _tree
+from ._into_plan import GLOBAL_PLACEMENTS, IntoPlan
 from .checkpointer import EXTRAS_KEY
 from .errors import CheckpointError, translate, wrap
 
-_DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
-           "int32": torch.int32, "int64": torch.int64, "float16": torch.float16,
-           "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
-_DTYPES.update({n: getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)})
 
 
 class SkippedCheckpointWarning(RuntimeWarning):
@@ -62,7 +55,8 @@ def _rank(rank):
     return int(rank)
 
 
-def load(root, step=None, into=None, with_step=False, strict=None, process_group=None, rank=None):
+def load(root, step=None, into=None, with_step=False, strict=None, process_group=None, rank=None,
+         with_stats=False):
     """Reads checkpoint `step` of `root`; returns the saved structure, or
     updates `into` in place and returns it.
 
@@ -83,7 +77,9 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
         checkpoint fails part-way, its tensors may hold some of its data until
         an older one overwrites them; if every checkpoint fails their contents
         are unspecified (non-tensor values are only replaced after a
-        successful read).
+        successful read). A DTensor in `into` (any mesh, Shard(d) or
+        Replicate() placements) gets its local tensor filled with its box of
+        the saved global tensor, read from only the chunks that overlap it.
     strict: how keys of `into` and of the checkpoint must match (only with
         `into`). None (default, as torch.distributed.checkpoint.load): a place
         of `into` the checkpoint lacks raises ValueError naming it; places only
@@ -94,14 +90,25 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
         its first step), saved entries its state_dict() lacks are added and
         handed to its load_state_dict(), in every mode.
     with_step: return (step, state) instead of state.
+    with_stats: also return this load's statistics, last: (state, stats) or
+        (step, state, stats). stats: {"step", "bytes_loaded" (bytes of the
+        tensors, or of the DTensors' boxes, filled or returned), "bytes_read"
+        (bytes read from shard files, block rounding included, as the reader
+        counted them; None where it was not counted: loads without a DTensor
+        in `into`)}.
     process_group: load this rank's part of a multi-rank checkpoint on every
         rank of the group (a collective: every rank must call it). The step is
         the same on every rank: the newest one every rank can read its part
-        of (or `step`); an error on any rank is raised on every rank.
+        of (or `step`); an error on any rank is raised on every rank. A
+        checkpoint written by another number of ranks (resharding) loads
+        its global tensors (DTensors' and replicated ones) on every rank,
+        through rank 0's part; tensors of a rank's own (rank-local, default)
+        are refused there.
     rank: without a group, which part of a multi-rank checkpoint to load: a
         rank r (its own tensors and the replicated ones, as that rank saved
-        them), or "all" ({rank: state} for every rank; no `into`). A
-        multi-rank checkpoint with neither raises ValueError.
+        them), or "all" ({rank: state} for every rank; no `into`). With
+        neither, a multi-rank checkpoint loads as one process's (resharding,
+        as above): allowed for its global tensors only.
 
     Without `into`, returns the saved structure with its key types (int keys
     of optimizer state stay int), containers (tuple vs list, OrderedDict) and
@@ -112,6 +119,7 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
     """
     _lib.load()
     root = str(root)
+    stats = {"step": None, "bytes_loaded": 0, "bytes_read": None}
     if strict is not None and type(strict) is not bool:
         raise ValueError(f"ckpt: strict must be None, True or False, got {strict!r}")
     if process_group is not None:
@@ -120,24 +128,39 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
                              "rank loads its own part)")
         from . import _dist_load
         chosen, state = _dist_load.load_with_group(root, step, into, strict,
-                                                   _distributed.check_group(process_group))
+                                                   _distributed.check_group(process_group), stats)
     elif isinstance(rank, str) and rank == "all":
         if into is not None:
             raise ValueError('ckpt: rank="all" returns {rank: state}; it does not load into a state '
                              "(load each rank's part with rank=r)")
-        chosen, state = _load_all_ranks(root, step)
+        chosen, state = _load_all_ranks(root, step, stats)
     elif into is None:
-        chosen, state = _read_part(root, step, _rank(rank))
+        chosen, state = _read_part(root, step, _rank(rank), stats)
     else:
-        chosen, state = _load_into(root, step, into, strict, _rank(rank))
-    return (chosen, state) if with_step else state
+        chosen, state = _load_into(root, step, into, strict, _rank(rank), stats)
+    out = (chosen, state) if with_step else (state,)
+    if with_stats:
+        stats["step"] = chosen
+        return out + (stats,)
+    return out if with_step else state
 
 
-def _multi_rank_error(root, step, world):
+def _multi_rank_error(root, step, world, own):
+    shown = ", ".join(repr(n) for n in own[:5]) + (f" and {len(own) - 5} more" if len(own) > 5 else "")
     return ValueError(f"ckpt: step {step} in {root} is a multi-rank checkpoint of {world} ranks: "
                       f"pass rank=r (0 <= r < {world}) for one rank's part, rank=\"all\" for every "
-                      "rank's ({rank: state}), or process_group= to load each rank's part on its "
-                      "rank")
+                      "rank's ({rank: state}), or process_group= with a group of "
+                      f"{world} ranks to load each rank's part on its rank (it holds tensors of a "
+                      f"rank's own, {shown}: only a checkpoint of global tensors, DTensors and "
+                      "replicated ones, loads on another number of ranks)")
+
+
+def _own_tensors(info):
+    """Names of the tensors of a rank's own (default or rank-local placement)
+    in `describe()` output of a multi-rank checkpoint: what does not reshard."""
+    return [t["name"] for t in info["tensors"] if t.get("placement") not in GLOBAL_PLACEMENTS]
+
+
 
 
 def _world(root, step):
@@ -151,31 +174,47 @@ def _world(root, step):
     return info["step"], info.get("world_size", 1)
 
 
-def _read_part(root, step, rank):
+def _read_part(root, step, rank, stats=None):
     """Reads checkpoint `step` (None: the newest that reads back), rank
-    `rank`'s part of it (None: all of a single-process checkpoint)."""
+    `rank`'s part of it; rank None: all of a single-process checkpoint, or of
+    a multi-rank one whose tensors are all global (through rank 0's view,
+    where they are whole), else ValueError before anything is read."""
     step = None if step is None else int(step)
     described = None
-    if rank is None:  # a multi-rank checkpoint needs a rank: checked before anything is read
+    if rank is None:
         described, world = _world(root, step)
         if world is not None and world > 1:
-            raise _multi_rank_error(root, described, world)
+            if step is None:  # each candidate checked as it comes
+                return newest_that_reads(root, lambda s: _read_part(root, s, None, stats)[1])
+            own = _own_tensors(describe(root, step))
+            if own:
+                raise _multi_rank_error(root, step, world, own)
+            rank = 0
     with torch.no_grad(), translate():
         chosen, names, tensors, extras, skipped = torch.ops.ckpt.read(root, step, rank)
     if rank is None and chosen != described:  # an older one than the newest manifest
         _, world = _world(root, chosen)
-        if world is not None and world > 1:
-            raise _multi_rank_error(root, chosen, world)
+        if world is not None and world > 1:  # read as rank None shows it: read it again as above
+            return chosen, _read_part(root, chosen, None, stats)[1]
     _warn_skipped(root, skipped)
+    if stats is not None:
+        stats["bytes_loaded"] = sum(t.numel() * t.element_size() for t in tensors)
     return chosen, _rebuild(json.loads(extras), dict(zip(names, tensors)))
 
 
-def _load_all_ranks(root, step):
+def _load_all_ranks(root, step, stats=None):
     """{rank: state} of every rank of checkpoint `step` (None: the newest
     whose every part reads back)."""
     def read_all(s):
         world = describe(root, s)["world_size"]
-        return {r: _read_part(root, s, r)[1] for r in range(world)}
+        parts, loaded = {}, 0
+        for r in range(world):
+            part_stats = {}
+            parts[r] = _read_part(root, s, r, part_stats)[1]
+            loaded += part_stats["bytes_loaded"]
+        if stats is not None:
+            stats["bytes_loaded"] = loaded
+        return parts
 
     if step is not None and int(step) >= 0:
         return int(step), read_all(int(step))
@@ -216,17 +255,23 @@ def _warn_skipped(root, skipped, who=""):
                       SkippedCheckpointWarning, stacklevel=3)
 
 
-def _load_into(root, step, into, strict, rank=None):
+def _load_into(root, step, into, strict, rank=None, stats=None):
+    """(step, into) after loading checkpoint `step` (None: the newest that
+    loads) into `into`: rank `rank`'s part, or with rank None a
+    single-process checkpoint or the global tensors of a multi-rank one."""
     state_dicts = {}  # id(stateful object) -> its state_dict(), taken once per load
     if step is not None and int(step) >= 0:
-        return int(step), _load_step_into(root, int(step), into, strict, state_dicts, rank)
-    return newest_that_reads(root, lambda s: _load_step_into(root, s, into, strict, state_dicts, rank))
+        return int(step), _load_step_into(root, int(step), into, strict, state_dicts, rank, stats)
+    return newest_that_reads(
+        root, lambda s: _load_step_into(root, s, into, strict, state_dicts, rank, stats))
 
 
-def _load_step_into(root, step, into, strict, state_dicts, rank=None):
+def _load_step_into(root, step, into, strict, state_dicts, rank=None, stats=None):
     info = describe(root, step, rank)
-    if rank is None and info.get("world_size", 1) > 1:
-        raise _multi_rank_error(root, step, info["world_size"])
+    resharding = rank is None and info.get("world_size", 1) > 1
+    if resharding:  # its global tensors, each whole in every rank's view: rank 0's
+        rank = 0
+        info = describe(root, step, rank)
     meta = info["extras"].get(EXTRAS_KEY) if isinstance(info["extras"], dict) else None
     manifest = {t["name"]: t for t in info["tensors"]}
     if meta is None:  # no saved structure: a flat {tensor name: tensor}
@@ -234,196 +279,27 @@ def _load_step_into(root, step, into, strict, state_dicts, rank=None):
     else:
         _tree.check_format(meta)
         tree = meta["tree"]
-    plan = _IntoPlan(manifest, step, state_dicts)
+    plan = IntoPlan(manifest, step, state_dicts, info.get("world_size", 1) if resharding else None)
     result = plan.fill(tree, into, ())
     plan.check_keys(root, strict)
+    bytes_read = None
     try:
         with torch.no_grad(), translate():
-            torch.ops.ckpt.read_into(root, step, plan.names, plan.dsts, rank)
+            if plan.boxes:  # DTensors: every tensor through one read_regions, plain ones whole
+                names = plan.names + [b[0] for b in plan.boxes]
+                offsets = [[0] * d.dim() for d in plan.dsts] + [b[1] for b in plan.boxes]
+                dsts = plan.dsts + [b[2] for b in plan.boxes]
+                bytes_read = torch.ops.ckpt.read_regions(root, step, names, offsets, dsts, rank)
+            else:
+                dsts = plan.dsts
+                torch.ops.ckpt.read_into(root, step, plan.names, plan.dsts, rank)
     except CheckpointError:
         raise
     except RuntimeError as e:  # not from the library: e.g. a failed copy_
         raise wrap(e) from None
     for op in plan.ops:  # only now: a failed read leaves every non-tensor value as it was
         op()
+    if stats is not None:
+        stats["bytes_read"] = bytes_read
+        stats["bytes_loaded"] = sum(d.numel() * d.element_size() for d in dsts)
     return result
-
-
-class _IntoPlan:
-    """What loading one checkpoint into `into` does, worked out before anything
-    is read: the tensors to read and where (`names`, `dsts`), the replacements
-    and load_state_dict() calls to make once the read succeeded (`ops`, in
-    order: inner values first), and the places only one side has."""
-
-    def __init__(self, manifest, step, state_dicts):
-        self.manifest = manifest
-        self.step = step
-        self.names, self.dsts = [], []
-        self.ops = []
-        self.missing = []  # places of `into` the checkpoint lacks
-        self.unexpected = []  # places of the checkpoint `into` lacks
-        self._state_dicts = state_dicts
-
-    def fill(self, node, cur, path, grow=False):
-        """Plans loading saved `node` into `cur` (at `path`); returns the value
-        the place holds afterwards (`cur` itself, unless it is replaced).
-        grow: saved entries `cur` lacks are added rather than left out."""
-        if isinstance(cur, torch.Tensor):
-            if type(cur) is not torch.Tensor and type(cur) is not torch.nn.Parameter:
-                raise TypeError(_tree.subclass_message(cur, path))
-            if _is_tag(node, "$tensor"):
-                self._read(node["$tensor"], cur, path)
-                return cur
-            return self.new(node)
-        if _tree.is_stateful(cur):
-            sd = self._state_dict(cur, path)
-            loaded = self.fill(node, sd, path, grow=not isinstance(cur, torch.nn.Module))
-            self.ops.append(lambda: cur.load_state_dict(loaded))
-            return cur
-        if isinstance(cur, dict) and (_is_tag(node, "$dict") or _is_tag(node, "$odict")):
-            return self._fill_dict(node, cur, path, grow)
-        if isinstance(cur, (list, tuple)) and (isinstance(node, list) or _is_tag(node, "$tuple")) \
-                and _holds_tensors(cur, set()):
-            return self._fill_sequence(node, cur, path, grow)
-        return self.new(node)  # a leaf: the saved value replaces it
-
-    def _fill_dict(self, node, cur, path, grow):
-        tag = "$odict" if "$odict" in node else "$dict"
-        saved = {}
-        for k, e in node[tag]:
-            saved[_tree.decode_key(k)] = e
-        for k in list(cur.keys()):
-            if k in saved:
-                value = self.fill(saved.pop(k), cur[k], path + (k,), grow)
-                if value is not cur[k]:
-                    self.ops.append(functools.partial(operator.setitem, cur, k, value))
-            elif _has_content(cur[k], set()):
-                self.missing.append(path + (k,))
-        for k, e in saved.items():  # only in the checkpoint
-            if grow:
-                self.ops.append(functools.partial(operator.setitem, cur, k, self.new(e)))
-            elif _node_has_content(e):
-                self.unexpected.append(path + (k,))
-        if "$meta" in node and isinstance(cur, collections.OrderedDict):
-            self.ops.append(functools.partial(setattr, cur, "_metadata", self.new(node["$meta"])))
-        return cur
-
-    def _fill_sequence(self, node, cur, path, grow):
-        saved = node if isinstance(node, list) else node["$tuple"]
-        out = cur if isinstance(cur, list) else list(cur)
-        common = min(len(saved), len(cur))
-        for i in range(common):
-            value = self.fill(saved[i], cur[i], path + (i,), grow)
-            if value is cur[i]:
-                continue
-            if out is cur:
-                self.ops.append(functools.partial(operator.setitem, cur, i, value))
-            else:
-                out[i] = value
-        self.missing.extend(path + (i,) for i in range(common, len(cur)))
-        for i in range(common, len(saved)):
-            if grow:
-                value = self.new(saved[i])
-                if out is cur:
-                    self.ops.append(functools.partial(cur.append, value))
-                else:
-                    out.append(value)
-            elif _node_has_content(saved[i]):
-                self.unexpected.append(path + (i,))
-        return cur if out is cur else tuple(out)  # a tuple: rebuilt, replaced in its parent
-
-    def new(self, node):
-        """The saved value `node`, with new CPU tensors (read later)."""
-        tensors = {}
-        for name in _tree.tensor_names(node):
-            t = self.manifest[name]
-            dst = torch.empty(t["shape"], dtype=_dtype(t["dtype"], name))
-            self.names.append(name)
-            self.dsts.append(dst)
-            tensors[name] = dst
-        return _tree.decode(node, tensors)
-
-    def _read(self, name, dst, path):
-        t = self.manifest[name]
-        dtype = _dtype(t["dtype"], name)
-        if dst.dtype != dtype:
-            raise TypeError(f"ckpt: {_tree.where(path)} is {_dtype_name(dst.dtype)} but tensor "
-                            f"{name!r} of step {self.step} is {t['dtype']}")
-        if list(dst.shape) != list(t["shape"]):
-            raise ValueError(f"ckpt: {_tree.where(path)} has shape {list(dst.shape)} but tensor "
-                             f"{name!r} of step {self.step} has shape {list(t['shape'])}")
-        if dst.layout != torch.strided:
-            raise TypeError(f"ckpt: {_tree.where(path)} is a {dst.layout} tensor: only dense "
-                            "(strided) tensors are loaded into")
-        self.names.append(name)
-        self.dsts.append(dst)
-
-    def _state_dict(self, obj, path):
-        entry = self._state_dicts.get(id(obj))
-        if entry is None:
-            sd = obj.state_dict()
-            self._state_dicts[id(obj)] = entry = (obj, sd)  # (obj keeps the id taken)
-        return entry[1]
-
-    def check_keys(self, root, strict):
-        """Raises ValueError for places one side lacks, as `strict` says."""
-        problems = []
-        if strict is not False and self.missing:
-            problems.append(f"checkpoint step {self.step} in {root} has nothing for "
-                            f"{_listing(self.missing)}")
-        if strict is True and self.unexpected:
-            problems.append(f"the state given as `into` has no place for "
-                            f"{_listing(self.unexpected)} of the checkpoint")
-        if problems:
-            how = "" if strict is True else " (strict=False loads only what both have)"
-            raise ValueError("ckpt: load into: " + "; ".join(problems) + how)
-
-
-def _listing(paths, limit=10):
-    shown = ", ".join(_tree.where(p) for p in paths[:limit])
-    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
-
-
-def _is_tag(node, tag):
-    return isinstance(node, dict) and tag in node and (tag == "$odict" or len(node) == 1)
-
-
-def _holds_tensors(x, seen):
-    """Whether `x` holds a tensor or a stateful object (lists, tuples, dicts walked)."""
-    if isinstance(x, torch.Tensor) or _tree.is_stateful(x):
-        return True
-    if isinstance(x, (list, tuple, dict)):
-        if id(x) in seen:
-            return False
-        seen.add(id(x))
-        return any(_holds_tensors(v, seen) for v in (x.values() if isinstance(x, dict) else x))
-    return False
-
-
-def _has_content(x, seen):
-    """Whether place `x` of `into` asks for anything: an empty dict does not."""
-    if isinstance(x, dict):
-        if id(x) in seen:
-            return False
-        seen.add(id(x))
-        return any(_has_content(v, seen) for v in x.values())
-    return True
-
-
-def _node_has_content(node):
-    if _is_tag(node, "$dict") or _is_tag(node, "$odict"):
-        tag = "$odict" if "$odict" in node else "$dict"
-        return any(_node_has_content(e) for _, e in node[tag])
-    return True
-
-
-def _dtype_name(dtype):
-    return str(dtype).replace("torch.", "")
-
-
-def _dtype(name, tensor):
-    try:
-        return _DTYPES[name]
-    except KeyError:
-        raise CheckpointError(f"ckpt: tensor {tensor!r} has dtype {name}, which this torch "
-                              f"({torch.__version__}) cannot hold") from None

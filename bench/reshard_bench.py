@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""reshard bench: a DTensor state saved by 2 ranks, loaded by 1 and by 2 ranks
+(resharding 2 -> 1, and 2 -> 2), with ckpt against torch.distributed.checkpoint
+(DCP) saving and loading the same DTensors in the same run.
+
+The state is shaped like a transformer's training state (~350 MiB by
+default, float32): an embedding, --layers blocks of attention and MLP
+weights and norms, and AdamW-like exp_avg / exp_avg_sq of each; every tensor
+a DTensor Shard(0) on a 1-D mesh of the saving ranks (uneven where the rows
+do not divide). Each phase runs its ranks as processes of a fresh gloo group
+over TCP (rank 0 hosts the store):
+
+  save    2 ranks: ckpt (a multi-rank Checkpointer, each rank writing its
+          chunks) and dcp.save of the same DTensors, each durable.
+  load    1 rank (a 1-rank mesh: the whole tensors) and 2 ranks (Shard(0)
+          again): per case the page cache is dropped before each loader
+          (drop_caches as root, else fadvise DONTNEED), then every rank loads
+          in place into DTensors of its own mesh: ckpt.load(into=,
+          process_group=, step=) and dcp.load. Time: from a barrier to the
+          last rank done.
+
+bytes_read_over_needed is, summed over the ranks, the bytes ckpt read from
+shard files (the reader's count, block rounding included) over the bytes of
+the boxes the ranks' DTensors hold. One JSON line:
+
+    {"bench": "reshard", "bytes": ..., "load_over_dcp_load": <worst case>,
+     "bytes_read_over_needed": <worst case>, "cases": {"2to1": {...}, "2to2": {...}}, ...}
+
+    python3 bench/reshard_bench.py [--dir DIR] [--layers 4] [--d 512] [--vocab 32000]
+                                   [--repeat 2] [--quick] [--keep]
+"""
+import argparse
+import datetime
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def log(msg):
+    print(f"[reshard] {msg}", file=sys.stderr, flush=True)
+
+
+def shapes(vocab, d, layers):
+    """{name: shape} of the model's parameters."""
+    out = {"embed.weight": [vocab, d]}
+    for i in range(layers):
+        p = f"blocks.{i}."
+        out.update({p + "attn.qkv.weight": [3 * d, d], p + "attn.proj.weight": [d, d],
+                    p + "mlp.up.weight": [4 * d, d], p + "mlp.down.weight": [d, 4 * d],
+                    p + "norm1.weight": [d], p + "norm2.weight": [d]})
+    out["head.norm.weight"] = [d]
+    return out
+
+
+def build_state(args, mesh, fill):
+    """{"model": {name: DTensor}, "optim": {name: {"exp_avg", "exp_avg_sq"}}}: Shard(0)
+    DTensors whose local tensors are this rank's rows, random (fill) or zeros."""
+    import torch
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    gen = torch.Generator().manual_seed(1 + mesh.get_coordinate()[0])
+
+    def dtensor(shape):
+        local_shape, _ = compute_local_shape_and_global_offset(shape, mesh, [Shard(0)])
+        local = torch.randn(local_shape, generator=gen) if fill else torch.zeros(local_shape)
+        return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
+                                  stride=torch.empty(shape, device="meta").stride())
+
+    model = {n: dtensor(s) for n, s in shapes(args.vocab, args.d, args.layers).items()}
+    optim = {n: {"exp_avg": dtensor(list(t.shape)), "exp_avg_sq": dtensor(list(t.shape))}
+             for n, t in model.items()}
+    return {"model": model, "optim": optim}
+
+
+def _rank_main(phase, rank, world, port, args, workdir, out_path):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    import torch.distributed.checkpoint as dcp
+    import ckpt
+    sys.path.insert(0, HERE)
+    from peers_bench import drop_page_cache
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=args.timeout))
+    group = dist.group.WORLD
+    mesh = init_device_mesh("cpu", (world,))
+    ckpt_root, dcp_dir = os.path.join(workdir, "ckpt"), os.path.join(workdir, "dcp")
+    record = {}
+    if phase == "save":
+        state = build_state(args, mesh, fill=True)
+        with ckpt.Checkpointer(ckpt_root, process_group=group, commit_timeout_s=args.timeout) as cp:
+            dist.barrier()
+            start = time.time()
+            cp.save(1, state)
+            dist.barrier()
+            record["ckpt_save_s"] = time.time() - start
+        dist.barrier()
+        start = time.time()
+        dcp.save(state, checkpoint_id=dcp_dir)
+        if rank == 0:
+            os.sync()  # DCP does not fsync: make both durable before timing loads
+        dist.barrier()
+        record["dcp_save_s"] = time.time() - start
+    else:
+        state = build_state(args, mesh, fill=False)
+        record["ckpt_load_s"], record["dcp_load_s"] = [], []
+        for _ in range(args.repeat):
+            for loader in ("ckpt", "dcp"):
+                if rank == 0:
+                    record["cache"] = drop_page_cache([ckpt_root, dcp_dir])
+                dist.barrier()
+                start = time.time()
+                if loader == "ckpt":
+                    _, stats = ckpt.load(ckpt_root, step=1, into=state, process_group=group,
+                                         with_stats=True)
+                    record["bytes_read"], record["bytes_needed"] = stats["bytes_read"], \
+                        stats["bytes_loaded"]
+                else:
+                    dcp.load(state, checkpoint_id=dcp_dir)
+                dist.barrier()
+                record[f"{loader}_load_s"].append(time.time() - start)
+    with open(out_path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.rename(out_path + ".tmp", out_path)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _run(phase, world, args, workdir):
+    ctx = multiprocessing.get_context("spawn")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    outs = [os.path.join(workdir, f"{phase}-w{world}-rank{r}.json") for r in range(world)]
+    procs = [ctx.Process(target=_rank_main, args=(phase, r, world, port, args, workdir, outs[r]))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + args.timeout
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    results = []
+    for r, path in enumerate(outs):
+        if not os.path.exists(path):
+            raise SystemExit(f"reshard bench: rank {r} of the {phase} phase ({world} ranks) wrote "
+                             f"no result (exit code {procs[r].exitcode})")
+        with open(path) as f:
+            results.append(json.load(f))
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--d", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=2, help="loads per loader and case (median)")
+    ap.add_argument("--quick", action="store_true", help="a ~90 MiB state, one load each")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--timeout", type=float, default=900)
+    args = ap.parse_args()
+    if args.quick:
+        args.vocab, args.d, args.layers, args.repeat = 16000, 256, 4, 1
+    nbytes = 3 * 4 * sum(_numel(s) for s in shapes(args.vocab, args.d, args.layers).values())
+    os.makedirs(args.dir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="reshard-", dir=args.dir)
+    try:
+        log(f"2 ranks save {nbytes / 2**20:.0f} MiB of DTensors (ckpt, then dcp.save)")
+        saved = _run("save", 2, args, workdir)
+        cases = {}
+        for world in (1, 2):
+            log(f"2 -> {world} rank(s): ckpt.load and dcp.load, cold, {args.repeat} each")
+            ranks = _run("load", world, args, workdir)
+            med = statistics.median
+            ckpt_s, dcp_s = med(ranks[0]["ckpt_load_s"]), med(ranks[0]["dcp_load_s"])
+            read = sum(r["bytes_read"] for r in ranks)
+            needed = sum(r["bytes_needed"] for r in ranks)
+            cases[f"2to{world}"] = {
+                "ranks": world, "ckpt_load_s": round(ckpt_s, 3), "dcp_load_s": round(dcp_s, 3),
+                "load_over_dcp_load": round(ckpt_s / dcp_s, 3),
+                "ckpt_load_gbps": round(needed / ckpt_s / 1e9, 3),
+                "bytes_read": read, "bytes_needed": needed,
+                "bytes_read_over_needed": round(read / needed, 4),
+                "ckpt_load_s_all": [round(t, 3) for t in ranks[0]["ckpt_load_s"]],
+                "dcp_load_s_all": [round(t, 3) for t in ranks[0]["dcp_load_s"]],
+                "cache": ranks[0].get("cache")}
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    result = {
+        "bench": "reshard",
+        "bytes": nbytes,
+        "load_over_dcp_load": max(c["load_over_dcp_load"] for c in cases.values()),
+        "bytes_read_over_needed": max(c["bytes_read_over_needed"] for c in cases.values()),
+        "ckpt_save_s": round(max(r["ckpt_save_s"] for r in saved), 3),
+        "dcp_save_s": round(max(r["dcp_save_s"] for r in saved), 3),
+        "cases": cases,
+    }
+    print(json.dumps(result), flush=True)
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+if __name__ == "__main__":
+    main()
