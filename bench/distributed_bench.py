@@ -29,14 +29,15 @@ import argparse
 import datetime
 import glob
 import json
-import multiprocessing
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_ranks import run_ranks, write_result  # noqa: E402
 
 TENSOR_BYTES = 64 << 20
 
@@ -97,37 +98,15 @@ def _rank_main(rank, world, port, root, nbytes, saves, out_path):
                         shutil.rmtree(old, ignore_errors=True)
             barrier()
             records.append(rec)
-    with open(out_path + ".tmp", "w") as f:
-        json.dump(records, f)
-    os.rename(out_path + ".tmp", out_path)
+    write_result(records, out_path)
     sys.stdout.flush()
     os._exit(0)
 
 
 def _run(world, root, nbytes, saves, workdir, timeout):
-    ctx = multiprocessing.get_context("spawn")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     outs = [os.path.join(workdir, f"w{world}-rank{r}.json") for r in range(world)]
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, root, nbytes // world, saves, outs[r]))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    results = []
-    for r, path in enumerate(outs):
-        if not os.path.exists(path):
-            raise SystemExit(f"distributed bench: rank {r} of world {world} wrote no result "
-                             f"(exit code {procs[r].exitcode})")
-        with open(path) as f:
-            results.append(json.load(f))
-    return results
+    return run_ranks(_rank_main, world, lambda r: (root, nbytes // world, saves), outs, timeout,
+                     "distributed bench")
 
 
 def main():

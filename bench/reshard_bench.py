@@ -32,16 +32,16 @@ the boxes the ranks' DTensors hold. One JSON line:
 import argparse
 import datetime
 import json
-import multiprocessing
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_ranks import run_ranks, write_result  # noqa: E402
 
 
 def log(msg):
@@ -80,7 +80,7 @@ def build_state(args, mesh, fill):
     return {"model": model, "optim": optim}
 
 
-def _rank_main(phase, rank, world, port, args, workdir, out_path):
+def _rank_main(rank, world, port, phase, args, workdir, out_path):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     import torch.distributed.checkpoint as dcp
@@ -127,37 +127,15 @@ def _rank_main(phase, rank, world, port, args, workdir, out_path):
                     dcp.load(state, checkpoint_id=dcp_dir)
                 dist.barrier()
                 record[f"{loader}_load_s"].append(time.time() - start)
-    with open(out_path + ".tmp", "w") as f:
-        json.dump(record, f)
-    os.rename(out_path + ".tmp", out_path)
+    write_result(record, out_path)
     sys.stdout.flush()
     os._exit(0)
 
 
 def _run(phase, world, args, workdir):
-    ctx = multiprocessing.get_context("spawn")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     outs = [os.path.join(workdir, f"{phase}-w{world}-rank{r}.json") for r in range(world)]
-    procs = [ctx.Process(target=_rank_main, args=(phase, r, world, port, args, workdir, outs[r]))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + args.timeout
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    results = []
-    for r, path in enumerate(outs):
-        if not os.path.exists(path):
-            raise SystemExit(f"reshard bench: rank {r} of the {phase} phase ({world} ranks) wrote "
-                             f"no result (exit code {procs[r].exitcode})")
-        with open(path) as f:
-            results.append(json.load(f))
-    return results
+    return run_ranks(_rank_main, world, lambda r: (phase, args, workdir), outs, args.timeout,
+                     f"reshard bench, {phase} phase")
 
 
 def main():

@@ -189,6 +189,12 @@ class ReaderImpl final : public Reader {
   // Reads each of `records` whole into the matching `dsts` entry (room for
   // its raw bytes), verifying each.
   absl::Status ReadRecords(std::span<const RecordRef> records, std::span<char* const> dsts);
+  // The position of tensor `name` in the view; kNotFound naming it.
+  absl::StatusOr<size_t> IndexOf(absl::string_view name) const {
+    auto it = index_.find(name);
+    if (it == index_.end()) return absl::NotFoundError(absl::StrCat("no tensor \"", name, "\" in ", dir()));
+    return it->second;
+  }
   // The region read of `region` of tensor `index` of the view into `dst`.
   RegionRead RegionOf(size_t index, Box region, char* dst) const;
 
@@ -248,11 +254,8 @@ absl::Status ReaderImpl::ReadRegions(std::span<const RegionTarget> targets) {
   std::vector<RegionRead> reads;
   reads.reserve(targets.size());
   for (const RegionTarget& target : targets) {
-    auto it = index_.find(target.name);
-    if (it == index_.end()) {
-      return absl::NotFoundError(absl::StrCat("no tensor \"", target.name, "\" in ", dir()));
-    }
-    const TensorInfo& info = view_.tensors[it->second];
+    CKPT_ASSIGN_OR_RETURN(const size_t index, IndexOf(target.name));
+    const TensorInfo& info = view_.tensors[index];
     const std::string where = absl::StrCat("region of tensor \"", target.name, "\"");
     if (target.offset.size() != info.shape.size() || target.shape.size() != info.shape.size()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": the tensor has ", info.shape.size(),
@@ -272,7 +275,7 @@ absl::Status ReaderImpl::ReadRegions(std::span<const RegionTarget> targets) {
       return absl::InvalidArgumentError(absl::StrCat(where, " needs ", bytes, " bytes, target has ",
                                                      target.capacity));
     }
-    reads.push_back(RegionOf(it->second, Box{target.offset, target.shape}, static_cast<char*>(target.data)));
+    reads.push_back(RegionOf(index, Box{target.offset, target.shape}, static_cast<char*>(target.data)));
   }
   return ReadRegionPieces(files_, chunks_, reads, [this](std::span<const RecordRef> records,
                                                          std::span<char* const> dsts) {
@@ -287,19 +290,16 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
   names.reserve(targets.size());
   dsts.reserve(targets.size());
   for (const ReadTarget& target : targets) {
-    auto it = index_.find(target.name);
-    if (it == index_.end()) {
-      return absl::NotFoundError(absl::StrCat("no tensor \"", target.name, "\" in ", dir()));
-    }
-    const TensorInfo& info = view_.tensors[it->second];
+    CKPT_ASSIGN_OR_RETURN(const size_t index, IndexOf(target.name));
+    const TensorInfo& info = view_.tensors[index];
     if (target.capacity < info.raw_bytes || (info.raw_bytes > 0 && target.data == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat("tensor \"", target.name, "\" needs ",
                                                      info.raw_bytes, " bytes, target has ",
                                                      target.capacity));
     }
-    const TensorSource& source = view_.sources[it->second];
+    const TensorSource& source = view_.sources[index];
     if (source.global != SIZE_MAX) {
-      whole.push_back(RegionOf(it->second, Box{std::vector<int64_t>(info.shape.size(), 0), info.shape},
+      whole.push_back(RegionOf(index, Box{std::vector<int64_t>(info.shape.size(), 0), info.shape},
                                static_cast<char*>(target.data)));
       continue;
     }
