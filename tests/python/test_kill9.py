@@ -7,7 +7,7 @@ the root at once (the writer lock died with the process). At the end the newest
 checkpoint's values are the ones that step saved.
 
 Rounds: CKPT_KILL9_ROUNDS (default 100, about a minute; the `python_kill9_slow`
-ctest runs 1000). Writers are forked from one helper process that has imported torch and
+ctest runs 400). Writers are forked from one helper process that has imported torch and
 ckpt but run nothing, so a round costs a fork, not an interpreter start. The
 counts (rounds, kills during a save, checkpoints committed) are printed.
 """
