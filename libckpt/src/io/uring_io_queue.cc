@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "io/posix_file.h"
 #include "util/errno_status.h"
+#include "util/log.h"
 
 namespace ckpt::internal {
 namespace {
@@ -80,13 +81,13 @@ class UringIoQueue final : public IoQueue {
       }
       io_uring_sqe_set_data64(sqe, op.tag);
     }
-    size_t to_submit = ops.size();
-    while (to_submit > 0) {
+    // Until the kernel has taken every queued entry (a submit may take
+    // fewer); what it still refuses after a few tries is handed over again
+    // by Reap's wait slices.
+    for (int tries = 0; io_uring_sq_ready(&ring_) > 0 && tries < 16; ++tries) {
       int rc = io_uring_submit(&ring_);
       if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) continue;
       if (rc < 0) return ErrnoToStatus(-rc, "io_uring_submit");
-      to_submit -= std::min<size_t>(to_submit, static_cast<size_t>(rc));
-      if (rc == 0) break;  // the kernel took everything queued earlier
     }
     in_flight_ += ops.size();
     return absl::OkStatus();
@@ -105,8 +106,24 @@ class UringIoQueue final : public IoQueue {
       reaped += n;
       in_flight_ -= n;
       if (reaped >= min_complete) return absl::OkStatus();
+      // Waits in slices: a transfer counted in flight whose entry the
+      // kernel has not taken yet (a submit that took fewer than queued)
+      // would never complete, so each slice that ends with none done hands
+      // the kernel what is still queued. (A test run hung here for 600 s
+      // with the queue believing transfers were in flight.)
       io_uring_cqe* cqe = nullptr;
-      int rc = io_uring_wait_cqe(&ring_, &cqe);
+      __kernel_timespec slice{.tv_sec = 1, .tv_nsec = 0};
+      int rc = io_uring_wait_cqe_timeout(&ring_, &cqe, &slice);
+      if (rc == -ETIME) {
+        if (io_uring_sq_ready(&ring_) > 0) {
+          const unsigned queued = io_uring_sq_ready(&ring_);
+          const int submitted = io_uring_submit(&ring_);
+          Log(LogLevel::kWarning,
+              absl::StrCat("io_uring: ", queued, " queued transfer(s) had not been taken by the kernel; ",
+                           "submitted again (", submitted, ")"));
+        }
+        continue;
+      }
       if (rc == -EINTR || rc == -EAGAIN) continue;
       if (rc < 0) return ErrnoToStatus(-rc, "io_uring_wait_cqe");
     }
