@@ -195,6 +195,13 @@ class ReaderImpl final : public Reader {
     if (it == index_.end()) return absl::NotFoundError(absl::StrCat("no tensor \"", name, "\" in ", dir()));
     return it->second;
   }
+  // Reads `reads` from their pieces, whole records through `ReadRecords`.
+  absl::Status ReadPieces(std::span<const RegionRead> reads) {
+    return ReadRegionPieces(files_, chunks_, reads,
+                            [this](std::span<const RecordRef> records, std::span<char* const> dsts) {
+                              return ReadRecords(records, dsts);
+                            });
+  }
   // The region read of `region` of tensor `index` of the view into `dst`.
   RegionRead RegionOf(size_t index, Box region, char* dst) const;
 
@@ -277,10 +284,7 @@ absl::Status ReaderImpl::ReadRegions(std::span<const RegionTarget> targets) {
     }
     reads.push_back(RegionOf(index, Box{target.offset, target.shape}, static_cast<char*>(target.data)));
   }
-  return ReadRegionPieces(files_, chunks_, reads, [this](std::span<const RecordRef> records,
-                                                         std::span<char* const> dsts) {
-    return ReadRecords(records, dsts);
-  });
+  return ReadPieces(reads);
 }
 
 absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
@@ -308,10 +312,7 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
   }
   CKPT_RETURN_IF_ERROR(ReadRecords(names, dsts));
   if (whole.empty()) return absl::OkStatus();
-  return ReadRegionPieces(files_, chunks_, whole, [this](std::span<const RecordRef> records,
-                                                         std::span<char* const> dsts) {
-    return ReadRecords(records, dsts);
-  });
+  return ReadPieces(whole);
 }
 
 absl::StatusOr<Tensor> ReaderImpl::Read(absl::string_view name) {
