@@ -28,13 +28,16 @@ absl::string_view RecordEncodingName(RecordEncoding encoding) {
     case RecordEncoding::kSparse: return "sparse";
     case RecordEncoding::kXor: return "xor";
     case RecordEncoding::kTopK: return "topk";
+    case RecordEncoding::kPlanes: return "planes";
+    case RecordEncoding::kXorPlanes: return "xor_planes";
   }
   return "unknown";
 }
 
 std::optional<RecordEncoding> ParseRecordEncoding(absl::string_view name) {
   for (RecordEncoding e : {RecordEncoding::kRaw, RecordEncoding::kZstd, RecordEncoding::kSparse,
-                           RecordEncoding::kXor, RecordEncoding::kTopK}) {
+                           RecordEncoding::kXor, RecordEncoding::kTopK, RecordEncoding::kPlanes,
+                           RecordEncoding::kXorPlanes}) {
     if (RecordEncodingName(e) == name) return e;
   }
   return std::nullopt;

@@ -23,20 +23,22 @@ enum class RecordEncoding : uint8_t {
   kSparse,  // delta: the changed elements, exact
   kXor,     // delta: XOR against the base, zstd-compressed, exact
   kTopK,    // delta: the k largest changes only, lossy
+  kPlanes,     // the tensor's bytes grouped by significance (byte planes), each plane zstd
+  kXorPlanes,  // delta: XOR against the base grouped into byte planes, each plane zstd, exact
 };
 
 // "full", "delta".
 absl::string_view CheckpointKindName(CheckpointKind kind);
 std::optional<CheckpointKind> ParseCheckpointKind(absl::string_view name);
 
-// "raw", "zstd", "sparse", "xor", "topk".
+// "raw", "zstd", "sparse", "xor", "topk", "planes", "xor_planes".
 absl::string_view RecordEncodingName(RecordEncoding encoding);
 std::optional<RecordEncoding> ParseRecordEncoding(absl::string_view name);
 
 // Whether a record of `encoding` applies to the base step's tensor.
 constexpr bool IsDeltaEncoding(RecordEncoding encoding) {
   return encoding == RecordEncoding::kSparse || encoding == RecordEncoding::kXor ||
-         encoding == RecordEncoding::kTopK;
+         encoding == RecordEncoding::kTopK || encoding == RecordEncoding::kXorPlanes;
 }
 
 inline std::ostream& operator<<(std::ostream& out, CheckpointKind kind) {
