@@ -98,9 +98,11 @@ class Loop:
             dict(vocab=50257, d=768, layers=6, heads=12)
         self.torch = torch
         self.w = workloads.GptWorkload(0, seq=16, batch=1, **sizes)
+        self.steps = 0  # AdamW steps taken
 
     def step(self):
         """One training step; returns its seconds."""
+        self.steps += 1
         start = time.perf_counter()
         self.w.forward_backward()
         self.w.step()
@@ -300,6 +302,9 @@ def measure(r, torch, ckpt, loop, state, tensors, gb, base, reps, fio):
     # delta that does not commit in time stops the bench (the engine cannot be
     # closed then): Hung carries the figures measured so far.
     deadline = max(60.0, 20 * r["durable_s"])
+    while loop.steps < 20:  # dense moments: every weight and both moments changed
+        loop.step()
+    r["dense_steps"] = loop.steps
     for mode in ("exact", "topk"):
         cp = ckpt.Checkpointer(root(mode), delta=mode, topk_ratio=0.01, full_every=1000)
         full = cp.save(0, state)
@@ -334,6 +339,141 @@ def measure(r, torch, ckpt, loop, state, tensors, gb, base, reps, fio):
             r["step_slowdown_during_delta_persist"] = med(during) / r["step_s"] if during else None
             r["engine_cpu_s_per_gb_exact_delta"] = cpu_other / (saved / 1e9)
         log(f"{mode} delta / full: {sizes}")
+    measure_compression(r, torch, ckpt, loop, state, root, reps, fio)
+    measure_chain_restore(r, ckpt, loop, state, root)
+
+
+def fio_read_s(fio, directory, nbytes):
+    """Seconds fio takes to read `nbytes` (O_DIRECT, io_uring, bs 1 MiB, depth 32); None without fio."""
+    if not shutil.which(fio):
+        return None
+    path = os.path.join(directory, "fio-read.dat")
+    common = [f"--filename={path}", f"--size={nbytes}", "--bs=1048576", "--iodepth=32",
+              "--ioengine=io_uring", "--direct=1", "--output-format=json"]
+    try:
+        subprocess.run([fio, "--name=fill", "--rw=write", "--end_fsync=1"] + common, check=True,
+                       capture_output=True)
+        out = subprocess.run([fio, "--name=ckpt", "--rw=read"] + common, check=True,
+                             capture_output=True, text=True).stdout
+        return json.loads(out[out.find("{"):])["jobs"][0]["read"]["runtime"] / 1000
+    except (subprocess.CalledProcessError, ValueError, KeyError) as e:
+        log(f"fio read failed: {e}")
+        return None
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def bf16_copy(torch, state):
+    """`state` with every floating tensor as bf16 (a bf16-trained model's state)."""
+    if isinstance(state, dict):
+        return {k: bf16_copy(torch, v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(bf16_copy(torch, v) for v in state)
+    if isinstance(state, torch.Tensor) and state.is_floating_point():
+        return state.to(torch.bfloat16)
+    return state
+
+
+def measure_compression(r, torch, ckpt, loop, state, root, reps, fio):
+    """Full saves with byte-plane ("floats") compression: size against raw for
+    fp32 and bf16 (every block compressed: adaptive_compression=False), and
+    durable time with the adaptive rule against raw saves, interleaved."""
+    sizes = {}
+    for name, st in (("fp32", state), ("bf16", bf16_copy(torch, state))):
+        with ckpt.Checkpointer(root(f"planes-{name}"), compression="floats",
+                               adaptive_compression=False) as cp:
+            raw_bytes = sum(t.numel() * t.element_size() for t in _tensors(torch, st))
+            start = time.perf_counter()
+            stats = cp.save(0, st)
+            sizes[name] = stats["file_bytes"] / raw_bytes
+            if name == "fp32":
+                r["planes_always_durable_s"] = time.perf_counter() - start
+                r["planes_always_persist_s"] = stats["persist_s"]
+        if name == "fp32":
+            start = time.perf_counter()
+            ckpt.load(root("planes-fp32"), into=state)
+            r["planes_load_into_s"] = time.perf_counter() - start
+        shutil.rmtree(root(f"planes-{name}"), ignore_errors=True)
+    r["float_compressed_over_raw_fp32"] = sizes["fp32"]
+    r["float_compressed_over_raw_bf16"] = sizes["bf16"]
+    threads = min(8, len(os.sched_getaffinity(0)))
+    r["encode_threads"] = threads
+    r["planes_encode_gbps_per_core"] = r["bytes"] / 1e9 / r["planes_always_persist_s"] / threads
+    r["planes_load_gbps"] = r["bytes"] / 1e9 / r["planes_load_into_s"]
+    log(f"floats: fp32 {sizes['fp32']:.3f}, bf16 {sizes['bf16']:.3f} of raw; always-compressed durable "
+        f"{r['planes_always_durable_s']:.2f} s")
+    raw, comp = [], []
+    with ckpt.Checkpointer(root("raw-durable"), full_every=1) as raw_cp, \
+            ckpt.Checkpointer(root("planes-durable"), compression="floats") as comp_cp:
+        raw_cp.save(0, state)
+        comp_cp.save(0, state)  # sizes the pools, measures the disk and the codec
+        for i in range(1, reps + 1):
+            loop.step()
+            for cp, times in ((raw_cp, raw), (comp_cp, comp)):
+                start = time.perf_counter()
+                stats = cp.save(i, state)
+                times.append(time.perf_counter() - start)
+            r["adaptive_compressed_over_raw_fp32"] = stats["file_bytes"] / r["bytes"]
+    for name in ("raw-durable", "planes-durable"):
+        shutil.rmtree(root(name), ignore_errors=True)
+    r["raw_durable_all_s"], r["compressed_durable_all_s"] = raw, comp
+    r["compressed_durable_over_raw_durable"] = med(comp) / med(raw)
+    fw = fio_write_s(fio, root(""), r["bytes"])
+    fr = fio_read_s(fio, root(""), r["bytes"])
+    r["fio_write_gbps"] = r["bytes"] / 1e9 / fw["runtime_s"] if fw else None
+    r["fio_read_gbps"] = r["bytes"] / 1e9 / fr if fr else None
+    log(f"durable: floats (adaptive) {med(comp):.2f} s vs raw {med(raw):.2f} s; fio write "
+        f"{r['fio_write_gbps']} GB/s, read {r['fio_read_gbps']} GB/s")
+
+
+def _tensors(torch, state):
+    if isinstance(state, dict):
+        for v in state.values():
+            yield from _tensors(torch, v)
+    elif isinstance(state, (list, tuple)):
+        for v in state:
+            yield from _tensors(torch, v)
+    elif isinstance(state, torch.Tensor):
+        yield state
+
+
+def measure_chain_restore(r, ckpt, loop, state, root):
+    """11 saves with delta="exact", full_every=11 (other options default), a
+    real AdamW step between saves: the restore of the newest against the
+    restore of a full checkpoint of the same state (both cold: O_DIRECT)."""
+    stats = []
+    with ckpt.Checkpointer(root("chain"), delta="exact", full_every=11) as cp:
+        for i in range(11):
+            loop.step()
+            stats.append(cp.save(i, state))
+    with ckpt.Checkpointer(root("chain-full")) as cp:
+        full = cp.save(10, state)
+    start = time.perf_counter()
+    ckpt.load(root("chain-full"), into=state)
+    full_s = time.perf_counter() - start
+    start = time.perf_counter()
+    ckpt.load(root("chain"), into=state)
+    newest_s = time.perf_counter() - start
+    # What the newest's restore reads: its full save and the deltas it applies
+    # (differential: the newest alone; chained: every one since the full).
+    last_full = max(i for i, s in enumerate(stats) if s["kind"] == "full")
+    kinds = "".join("F" if s["kind"] == "full" else "D" for s in stats)
+    chained = False  # the default delta_base is "differential"
+    read = stats[last_full]["file_bytes"] + (
+        sum(s["file_bytes"] for s in stats[last_full + 1:]) if chained else
+        (stats[-1]["file_bytes"] if last_full != 10 else 0))
+    r["chain_kinds"] = kinds
+    r["newest_of_11_restore_s"] = newest_s
+    r["full_restore_s"] = full_s
+    r["newest_of_11_restore_over_full"] = newest_s / full_s
+    r["newest_of_11_read_over_full"] = read / full["file_bytes"]
+    r["chain_restore_mbps_over_full"] = (read / newest_s) / (full["file_bytes"] / full_s)
+    r["chain_delta_over_full_all"] = [s["file_bytes"] / full["file_bytes"] for s in stats]
+    log(f"newest of 11 ({kinds}): {newest_s:.2f} s vs full {full_s:.2f} s; reads "
+        f"{r['newest_of_11_read_over_full']:.2f}x the full at {r['chain_restore_mbps_over_full']:.2f}x its MB/s")
+    for name in ("chain", "chain-full"):
+        shutil.rmtree(root(name), ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -329,6 +329,9 @@ TEST_F(CkptRestoreTest, VerifyChecksEveryLinkOfADeltaChain) {
   {
     EngineOptions options;
     options.delta.mode = DeltaOptions::Mode::kExact;
+    // These tests are about chains of deltas: each against the one before.
+    options.delta.base = DeltaOptions::Base::kChained;
+    options.delta.max_restore_read_factor = 0;
     options.delta.full_every = 100;
     auto engine = Engine::Open(root_, options);
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -1083,6 +1086,9 @@ class CkptRestoreMultiRankTest : public CkptRestoreTest {
     EngineOptions options;
     options.shard_min_bytes = 1;  // one shard per module
     options.delta.mode = DeltaOptions::Mode::kExact;
+    // These tests are about chains of deltas: each against the one before.
+    options.delta.base = DeltaOptions::Base::kChained;
+    options.delta.max_restore_read_factor = 0;
     options.delta.full_every = 10;
     options.distributed.rank = rank;
     options.distributed.world_size = kWorld;

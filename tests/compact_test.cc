@@ -52,6 +52,9 @@ EngineOptions ChainOptions(DeltaOptions::Mode mode) {
   options.shard_min_bytes = 4096;  // a shard per module
   options.shard_max_bytes = 1 << 20;
   options.delta.mode = mode;
+  // These tests are about chains of deltas: each against the one before.
+  options.delta.base = DeltaOptions::Base::kChained;
+  options.delta.max_restore_read_factor = 0;
   options.delta.full_every = 100;
   options.delta.topk_ratio = 0.05;
   return options;

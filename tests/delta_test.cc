@@ -27,6 +27,9 @@ EngineOptions DeltaEngine(DeltaOptions::Mode mode, int full_every, double ratio 
   options.io.chunk_bytes = 64 << 10;
   options.shard_min_bytes = 64 << 10;
   options.delta.mode = mode;
+  // These tests are about chains of deltas: each against the one before.
+  options.delta.base = DeltaOptions::Base::kChained;
+  options.delta.max_restore_read_factor = 0;
   options.delta.full_every = full_every;
   options.delta.topk_ratio = ratio;
   return options;
@@ -140,7 +143,7 @@ TEST(DeltaPolicyTest, FullEveryNAndFallbackToFullWhenNotSmaller) {
   EXPECT_EQ(got[0].bytes, state[0].bytes);
 }
 
-TEST(DeltaPolicyTest, NewEngineStartsWithAFullSave) {
+TEST(DeltaPolicyTest, NewEngineContinuesFromTheNewestUnlessTurnedOff) {
   ScratchDir dir;
   std::vector<OwnedTensor> state = {RandomTensor("w", DType::kFloat32, {1000}, 1)};
   {
@@ -148,8 +151,18 @@ TEST(DeltaPolicyTest, NewEngineStartsWithAFullSave) {
     ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
     ASSERT_EQ((*engine)->Save(2, Views(state))->kind, CheckpointKind::kDelta);
   }
-  auto engine = Engine::Open(dir.Join("root"), DeltaEngine(DeltaOptions::Mode::kExact, 10));
-  EXPECT_EQ((*engine)->Save(3, Views(state))->kind, CheckpointKind::kFull);
+  {
+    // The reference is read back from step 2: the chain goes on.
+    auto engine = Engine::Open(dir.Join("root"), DeltaEngine(DeltaOptions::Mode::kExact, 10));
+    auto stats = (*engine)->Save(3, Views(state));
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->kind, CheckpointKind::kDelta);
+  }
+  EngineOptions off = DeltaEngine(DeltaOptions::Mode::kExact, 10);
+  off.delta.resume_from_newest = false;
+  auto engine = Engine::Open(dir.Join("root"), off);
+  EXPECT_EQ((*engine)->Save(4, Views(state))->kind, CheckpointKind::kFull);
+  EXPECT_EQ(ReadAllAt(dir.Join("root"), 3)[0].bytes, state[0].bytes);
 }
 
 TEST(TopKDeltaTest, ErrorStaysWithinTheRecordedBoundAndDoesNotAccumulate) {

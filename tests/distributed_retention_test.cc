@@ -29,6 +29,9 @@ TEST(DistributedEngine, RetentionTreatsAMultiRankCheckpointAsOneUnitAndNeverBrea
   std::filesystem::create_directory(cold);
   EngineOptions options = testing::SmallChunks();
   options.delta.mode = DeltaOptions::Mode::kExact;
+  // These tests are about chains of deltas: each against the one before.
+  options.delta.base = DeltaOptions::Base::kChained;
+  options.delta.max_restore_read_factor = 0;
   options.delta.full_every = 3;  // full: 1, 4; deltas: 2, 3, 5, 6
   std::map<int64_t, std::vector<std::vector<OwnedTensor>>> saved;
   {

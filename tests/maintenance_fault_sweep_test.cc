@@ -90,6 +90,9 @@ class MaintenanceFaultSweepTest : public ::testing::Test {
     const std::string root = template_dir_->Join("root");
     EngineOptions options = testing::SmallChunks();
     options.delta.mode = DeltaOptions::Mode::kExact;
+    // These tests are about chains of deltas: each against the one before.
+    options.delta.base = DeltaOptions::Base::kChained;
+    options.delta.max_restore_read_factor = 0;
     options.delta.full_every = 3;
     auto engine = Engine::Open(root, options);
     ASSERT_TRUE(engine.ok()) << engine.status();

@@ -900,7 +900,15 @@ void RunCase(const CaseSpec& spec) {
     EXPECT_TRUE(c.manifest_status.ok()) << c.manifest_status;
     EXPECT_EQ(c.kind, kinds[i]) << "step " << c.step;
     if (c.kind != CheckpointKind::kDelta) continue;
-    EXPECT_EQ(c.base_step, i > 0 ? committed[i - 1]->step : -1) << "step " << c.step;
+    // Differential deltas (the default) apply to the last full save.
+    int64_t base = -1;
+    for (size_t j = i; j > 0; --j) {
+      if (kinds[j - 1] == CheckpointKind::kFull || OptionsFor(spec).delta.base == DeltaOptions::Base::kChained) {
+        base = committed[j - 1]->step;
+        break;
+      }
+    }
+    EXPECT_EQ(c.base_step, base) << "step " << c.step;
     const bool topk = spec.mode == SaveMode::kTopK || spec.mode == SaveMode::kZstdTopK;
     EXPECT_EQ(c.delta_mode, topk ? DeltaOptions::Mode::kTopK : DeltaOptions::Mode::kExact) << "step " << c.step;
     if (!topk) {

@@ -49,6 +49,9 @@ using Kind = RetentionAction::Kind;
 EngineOptions DeltaEvery(int full_every) {
   EngineOptions options = testing::SmallChunks();
   options.delta.mode = DeltaOptions::Mode::kExact;
+  // These tests are about chains of deltas: each against the one before.
+  options.delta.base = DeltaOptions::Base::kChained;
+  options.delta.max_restore_read_factor = 0;
   options.delta.full_every = full_every;
   return options;
 }
@@ -101,6 +104,9 @@ std::map<int64_t, RestoredStep> WriteSteps(const std::string& root, int full_eve
                                            DeltaOptions::Mode mode = DeltaOptions::Mode::kExact) {
   EngineOptions options = DeltaEvery(full_every);
   options.delta.mode = mode;
+  // These tests are about chains of deltas: each against the one before.
+  options.delta.base = DeltaOptions::Base::kChained;
+  options.delta.max_restore_read_factor = 0;
   auto engine = Engine::Open(root, options);
   EXPECT_TRUE(engine.ok()) << engine.status();
   // Deltas much smaller than the state: compacting one pays only when it

@@ -60,7 +60,8 @@ const std::vector<std::string>& EngineOptionNames() {
       "direct_io",     "create_root",       "metrics_jsonl_path", "write_during_eager_staging",
       "chunk_bytes",   "queue_depth",       "encode_buffers",  "shard_min_bytes",
       "shard_max_bytes", "watchdog_timeout_s", "stall_timeout_s", "prometheus_textfile_path",
-      "background_nice", "staging_threads"};
+      "background_nice", "staging_threads", "compression_codec", "adaptive_compression",
+      "encode_threads", "delta_base", "max_restore_read_factor", "resume_deltas"};
   return *kNames;
 }
 
@@ -88,6 +89,18 @@ EngineOptions ParseEngineOptions(const std::string& options_json) {
   TORCH_CHECK_VALUE(staging_bytes >= 0, "ckpt: engine option \"staging_bytes\" is negative");
   options.staging_bytes = static_cast<size_t>(staging_bytes);
   Get(obj, "compression_level", &options.compression_level);
+  GetChoice<CompressionCodec>(obj, "compression_codec",
+                              {{"none", CompressionCodec::kNone},
+                               {"zstd", CompressionCodec::kZstd},
+                               {"planes", CompressionCodec::kPlanes}},
+                              &options.compression.codec);
+  Get(obj, "adaptive_compression", &options.compression.adaptive);
+  GetChoice<DeltaOptions::Base>(obj, "delta_base",
+                                {{"differential", DeltaOptions::Base::kDifferential},
+                                 {"chained", DeltaOptions::Base::kChained}},
+                                &options.delta.base);
+  Get(obj, "max_restore_read_factor", &options.delta.max_restore_read_factor);
+  Get(obj, "resume_deltas", &options.delta.resume_from_newest);
   GetChoice<EngineOptions::BusyPolicy>(
       obj, "when_busy",
       {{"wait", EngineOptions::BusyPolicy::kWait}, {"skip", EngineOptions::BusyPolicy::kSkip}},
@@ -118,6 +131,7 @@ EngineOptions ParseEngineOptions(const std::string& options_json) {
   get_size("shard_max_bytes", &options.shard_max_bytes);
   get_size("background_nice", &options.background_nice);
   get_size("staging_threads", &options.staging_threads);
+  get_size("encode_threads", &options.compression.threads);
   const auto get_seconds = [&](const char* key, absl::Duration* out) {
     if (auto it = obj.find(key); it == obj.end() || it->is_null()) return;
     double v = 0;

@@ -28,7 +28,11 @@ namespace ckpt::torch_ext {
 //   "write_during_eager_staging": bool,  "chunk_bytes": int,  "queue_depth": int,
 //   "encode_buffers": int,  "shard_min_bytes": int,  "shard_max_bytes": int,
 //   "watchdog_timeout_s": float,  "stall_timeout_s": float (0 disables),
-//   "background_nice": int (0..19, -1 automatic),  "staging_threads": int (0 = auto).
+//   "background_nice": int (0..19, -1 automatic),  "staging_threads": int (0 = auto),
+//   "compression_codec": "none" | "zstd" | "planes" (with "compression_level" its
+//   zstd level; "planes" alone uses level 1),  "adaptive_compression": bool,
+//   "encode_threads": int (0 = auto),  "delta_base": "differential" | "chained",
+//   "max_restore_read_factor": float (0 = no bound),  "resume_deltas": bool.
 // Throws ValueError for an unknown member or a value of the wrong type.
 EngineOptions ParseEngineOptions(const std::string& options_json);
 

@@ -55,17 +55,71 @@ struct IoOptions {
 struct DeltaOptions {
   enum class Mode : uint8_t {
     kNone,   // every save is full
-    kExact,  // lossless: changed elements (sparse) or XOR, whichever is smaller, zstd
+    kExact,  // lossless: per tensor the smallest of changed elements (sparse), XOR, or
+             // XOR grouped into byte planes, each zstd (see docs/deltas.md)
     kTopK,   // lossy: per tensor the ceil(topk_ratio * numel) largest changes
   };
   Mode mode = Mode::kNone;
   double topk_ratio = 0.01;
-  // A full save every `full_every` saves (the first save is always full, and
-  // so is any save whose delta would not be smaller).
+  // What a delta is taken against.
+  enum class Base : uint8_t {
+    // The last full save: every delta depends on that full checkpoint alone,
+    // so a restore reads one full and one delta (Check-N-Run's scheme). The
+    // default: with AdamW's dense changes it writes about as many bytes as
+    // chained deltas and its restores read far fewer (bench/README.md).
+    kDifferential,
+    // The previous save (full or delta): each delta holds one interval's
+    // changes, and a restore applies every delta since the last full save.
+    kChained,
+  };
+  Base base = Base::kDifferential;
+  // An upper bound on the interval between full saves: a full save at least
+  // every `full_every` saves (the first save is always full, and so is any
+  // save whose delta would not be smaller).
   int full_every = 10;
+  // A full save is taken early when a restore of the next delta would read
+  // more than this factor times the stored bytes of the last full save (the
+  // full plus every delta it would apply, the next one predicted by the
+  // previous one's size), so no restore reads more than that. 0: no bound
+  // but `full_every`.
+  double max_restore_read_factor = 2.5;
   // Host memory for the reference state (one copy of every tensor); tensors
   // that do not fit are saved in full in every save. SIZE_MAX: no bound.
   size_t max_reference_bytes = SIZE_MAX;
+  // An engine opened on a root whose newest checkpoint it can read rebuilds
+  // its reference state from it, on the background thread (the first save's
+  // staging does not wait; its write does, until the rebuild is done), so
+  // the first save after a restart can be a delta. Costs what the reference
+  // state costs anyway (a host copy of the state) from `Open` on, and one
+  // read of that checkpoint. Single-process engines only (a multi-rank
+  // engine's first save is full).
+  bool resume_from_newest = true;
+};
+
+// How full records are compressed (`EngineOptions::compression`).
+enum class CompressionCodec : uint8_t {
+  kNone,    // raw records
+  kZstd,    // each record zstd, level `compression_level`
+  // Each record as byte planes (docs/format.md, "planes"): the bytes of its
+  // elements grouped by significance, each plane zstd. For floating tensors
+  // about 0.80x (fp32) / 0.65x (bf16) of raw, at encode speeds per core
+  // below a fast disk's: see `adaptive`.
+  kPlanes,
+};
+
+struct CompressionOptions {
+  CompressionCodec codec = CompressionCodec::kNone;
+  // zstd level of records or planes (1..19); 0 means the codec's default (1).
+  int level = 0;
+  // kPlanes: store raw what does not pay — a tensor whose planes do not
+  // shrink, and every block while the measured encode throughput (all
+  // encoder threads) is below the measured write throughput, when
+  // compressing would make the durable save slower (blocks are still
+  // sampled, to follow changes in either). false: compress every block.
+  bool adaptive = true;
+  // Threads that encode (planes, and deltas' byte planes), the persister
+  // included; 0: up to 8, no more than the cores the process may use.
+  int threads = 0;
 };
 
 // "none", "exact", "topk": the names options and manifests use.
@@ -132,8 +186,11 @@ struct EngineOptions {
   // background work costs the loop").
   int background_nice = -1;
 
-  // zstd level for shard files (1..19); 0 disables compression.
+  // zstd level for shard files (1..19); 0 disables compression. Kept for
+  // existing callers: a level > 0 with `compression.codec` kNone means kZstd
+  // at that level.
   int compression_level = 0;
+  CompressionOptions compression;
 
   DeltaOptions delta;
 

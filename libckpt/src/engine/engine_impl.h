@@ -47,6 +47,10 @@
 
 namespace ckpt::internal {
 
+// The codec and level full records are written with: `compression`, or
+// zstd at `compression_level` when only that is set (level >= 1).
+CompressionOptions EffectiveCompression(const EngineOptions& options);
+
 // How long `SaveAsync` has held its caller, in wall and CPU time, since it
 // was called.
 class CallerClock {

@@ -45,6 +45,16 @@ absl::Status RemoveAbandonedSaves(FileSystem& fs, const std::string& root) {
 
 }  // namespace
 
+CompressionOptions EffectiveCompression(const EngineOptions& options) {
+  CompressionOptions c = options.compression;
+  if (c.codec == CompressionCodec::kNone && options.compression_level > 0) {
+    c.codec = CompressionCodec::kZstd;
+    c.level = options.compression_level;
+  }
+  if (c.level == 0) c.level = options.compression_level > 0 ? options.compression_level : 1;
+  return c;
+}
+
 EngineImpl::EngineImpl(std::string root, EngineOptions options, std::shared_ptr<FileSystem> fs,
                        std::unique_ptr<FileLock> writer_lock, OpenedIo backend,
                        std::unique_ptr<RankCommitter> committer)
@@ -66,7 +76,8 @@ absl::Status EngineImpl::Start() {
   PersisterContext ctx{fs_.get(),        backend_.queue.get(),
                        &pool_,           root_,
                        backend_.direct,  backend_.description,
-                       kWriter,          options_.compression_level,
+                       kWriter,          options_.io,
+                       EffectiveCompression(options_),
                        options_.delta,   options_.io.encode_buffers,
                        BackgroundNice(), committer_.get()};
   persister_ = std::make_unique<Persister>(ctx, [this](SaveJob& job, const absl::Status& outcome, const SaveStats& s) {
@@ -124,8 +135,8 @@ absl::Status EngineImpl::Close(CloseMode mode) {
 
 int EngineImpl::BackgroundNice() const {
   if (options_.background_nice >= 0) return options_.background_nice;
-  const bool encodes =
-      options_.delta.mode != DeltaOptions::Mode::kNone || options_.compression_level > 0;
+  const bool encodes = options_.delta.mode != DeltaOptions::Mode::kNone ||
+                       EffectiveCompression(options_).codec != CompressionCodec::kNone;
   return encodes ? 10 : 0;
 }
 
@@ -162,6 +173,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   if (options.compression_level < 0 || options.compression_level > 19) {
     return absl::InvalidArgumentError(
         absl::StrCat("compression_level ", options.compression_level, " is not in 0..19"));
+  }
+  if (options.compression.level < 0 || options.compression.level > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compression.level ", options.compression.level, " is not in 0..19"));
+  }
+  if (options.compression.threads < 0 || options.compression.threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compression.threads ", options.compression.threads, " is not in 0..64"));
+  }
+  if (!(options.delta.max_restore_read_factor == 0 || options.delta.max_restore_read_factor >= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "delta.max_restore_read_factor ", options.delta.max_restore_read_factor,
+        " must be 0 (no bound) or at least 1 (a restore reads the full save at least)"));
   }
   const DistributedOptions& dist = options.distributed;
   if (dist.world_size < 1 || dist.world_size > kMaxWorldSize) {

@@ -14,6 +14,7 @@
 #include "delta/delta_codec.h"
 #include "distributed/rank_layout.h"
 #include "engine/record_hasher.h"
+#include "engine/reference_rebuild.h"
 #include "format/manifest.h"
 #include "util/kill_point.h"
 #include "format/names.h"
@@ -33,7 +34,7 @@ constexpr uint64_t kOutputTag = uint64_t{1} << 62;
 }  // namespace
 
 Persister::Persister(PersisterContext context, DoneFn on_done)
-    : ctx_(std::move(context)), on_done_(std::move(on_done)) {
+    : ctx_(std::move(context)), on_done_(std::move(on_done)), adaptive_(ctx_.compression.adaptive) {
   if (ctx_.delta.mode != DeltaOptions::Mode::kNone) {
     reference_ = std::make_unique<ReferenceState>(ctx_.delta.max_reference_bytes);
   }
@@ -63,6 +64,9 @@ void Persister::Stop(bool abandon) {
 
 void Persister::Run() {
   BecomeBackgroundThread("ckpt-persist", ctx_.background_nice);
+  if (reference_ != nullptr && ctx_.delta.resume_from_newest && ctx_.committer == nullptr) {
+    ResumeReference();
+  }
   while (true) {
     std::shared_ptr<SaveJob> job;
     {
@@ -84,9 +88,44 @@ void Persister::Run() {
   }
 }
 
+void Persister::ResumeReference() {
+  const Clock::time_point start = Clock::now();
+  // The engine owns the file system and outlives this thread.
+  std::shared_ptr<FileSystem> fs(std::shared_ptr<FileSystem>(), ctx_.fs);
+  absl::StatusOr<std::optional<int64_t>> step =
+      RebuildReference(fs, ctx_.root, ctx_.io, differential(), reference_.get(),
+                       [this] { return abandon_.load(); });
+  if (!step.ok()) {
+    Log(LogLevel::kWarning, absl::StrCat("the first save to ", ctx_.root,
+                                         " is full: its delta reference could not be rebuilt: ",
+                                         step.status().message()));
+  } else if (step->has_value()) {
+    Log(LogLevel::kInfo, absl::StrCat("delta reference of ", ctx_.root, " rebuilt from step ", **step,
+                                      " (", reference_->bytes(), " bytes) in ", SecondsSince(start), " s"));
+  }
+}
+
+WorkerPool* Persister::CodecPool() {
+  if (codec_pool_ == nullptr) {
+    codec_pool_ = std::make_unique<WorkerPool>(WorkerPool::DefaultThreads(ctx_.compression.threads),
+                                               "ckpt-encode", ctx_.background_nice);
+  }
+  return codec_pool_.get();
+}
+
 bool Persister::ShouldWriteDelta(const SaveJob& job) {
   if (reference_ == nullptr || !reference_->valid()) return false;
   if (reference_->deltas_since_full() + 1 >= std::max(1, ctx_.delta.full_every)) return false;
+  // A full save early when a restore of the next delta would read more than
+  // the bound (docs/deltas.md, "How much a restore reads").
+  const double factor = ctx_.delta.max_restore_read_factor;
+  const uint64_t predicted = reference_->PredictedRestoreBytes(differential());
+  if (factor > 0 && predicted > factor * static_cast<double>(reference_->full_bytes())) {
+    Log(LogLevel::kDebug, absl::StrCat("step ", job.step(), " is saved full: a restore of a delta would read ~",
+                                       predicted, " bytes, over ", factor, " x the full save's ",
+                                       reference_->full_bytes()));
+    return false;
+  }
   // The base must still be there (retention may have removed it).
   if (!ctx_.fs->Stat(JoinPath(ctx_.root, CheckpointDirName(reference_->base_step()))).ok()) {
     return false;
@@ -162,15 +201,33 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     }
     if (!tags.empty()) job.Touch();
   };
+  // How long writes were in flight, for the adaptive compression rule: the
+  // disk's throughput is the bytes written over that time.
+  std::optional<Clock::time_point> busy_since;
+  double busy_s = 0;
+  uint64_t bytes_started = 0;
+  auto writes_started = [&] {
+    if (!busy_since.has_value()) busy_since = Clock::now();
+  };
+  auto writes_idle = [&] {
+    if (busy_since.has_value() && io.transfers_in_flight() == 0) {
+      busy_s += SecondsSince(*busy_since);
+      busy_since.reset();
+      adaptive_.Written(bytes_started, busy_s);
+    }
+  };
   auto poll = [&](bool block) {
     if (block) job.stage = SaveStage::kWriting;
     written.clear();
     absl::Status polled = io.Poll(block, &written);
     release(written);
     if (!polled.ok()) fail(polled);
+    writes_idle();
   };
   ShardOutputs::EmitFn emit = [&](size_t shard, uint64_t offset, size_t buffer, size_t bytes) {
     job.Touch();  // a write handed to the kernel is progress
+    writes_started();
+    bytes_started += bytes;
     return io.Start(IoOp::Kind::kWrite, files[shard].get(), offset, outputs->buffer(buffer), bytes,
                     kOutputTag | buffer);
   };
@@ -180,7 +237,8 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     if (!status.ok()) return status;
     return true;
   };
-  if (status.ok() && !plan.delta && ctx_.compression_level == 0) {
+  const CompressionCodec codec = ctx_.compression.codec;
+  if (status.ok() && !plan.delta && codec == CompressionCodec::kNone) {
     // Raw shards have their final size now: reserving it gives each file
     // contiguous extents and the writes no size updates (about 10 % off a
     // durable save on the development VM), and a full disk fails here.
@@ -189,16 +247,20 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
       if (!s.ok() && s.code() != absl::StatusCode::kUnimplemented) status = s;
     }
   }
-  if (status.ok() && (plan.delta || ctx_.compression_level > 0)) {
+  if (status.ok() && (plan.delta || codec != CompressionCodec::kNone)) {
     auto created = ShardOutputs::Create(job.plan.size(), ctx_.pool->chunk_bytes(),
                                         ctx_.output_buffers, emit, wait);
     absl::StatusOr<std::unique_ptr<ShardEncoder>> encoder =
-        created.ok() ? (plan.delta ? NewDeltaShardEncoder(job, ctx_.delta,
-                                                          std::max(1, ctx_.compression_level),
-                                                          reference_.get(), std::move(*created))
-                                   : NewZstdShardEncoder(job, ctx_.compression_level,
-                                                         std::move(*created)))
-                     : absl::StatusOr<std::unique_ptr<ShardEncoder>>(created.status());
+        created.ok() ? absl::InternalError("no encoder") : created.status();
+    if (created.ok() && plan.delta) {
+      encoder = NewDeltaShardEncoder(job, ctx_.delta, ctx_.compression.level, reference_.get(),
+                                     std::move(*created));
+    } else if (created.ok() && codec == CompressionCodec::kZstd) {
+      encoder = NewZstdShardEncoder(job, ctx_.compression.level, std::move(*created));
+    } else if (created.ok()) {
+      encoder = NewPlanesShardEncoder(job, ctx_.compression.level, CodecPool(), &adaptive_,
+                                      std::move(*created));
+    }
     if (encoder.ok()) {
       plan.encoder = std::move(*encoder);
       outputs = &plan.encoder->outputs();
@@ -212,6 +274,8 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
   RecordHasher hasher(job.plan, plan.hashes, plan.block_bytes, &plan.block_hashes);
 
   std::vector<StagedChunk> ready;
+  std::vector<StagedChunk> batch;  // of `ready`, for the encoder
+  std::vector<const char*> batch_data;
   std::vector<size_t> releasable;
   bool more = true;
   bool finished = false;
@@ -230,6 +294,8 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
       if (!plan.writing_since.has_value()) plan.writing_since = Clock::now();
       job.stage = SaveStage::kWriting;
     }
+    batch.clear();
+    batch_data.clear();
     for (const StagedChunk& c : ready) {
       if (status.ok() && job.abort) fail(job.abort_reason());
       const char* data = ctx_.pool->chunk(c.chunk);
@@ -239,21 +305,33 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
       }
       if (status.ok() && update_reference) UpdateReference(job, c, data);
       if (status.ok() && encoder != nullptr) {
-        releasable.clear();
-        job.stage = SaveStage::kEncoding;
-        absl::Status s = encoder->Consume(c, data, &releasable);
-        if (!s.ok()) fail(s);
-        for (size_t r : releasable) ctx_.pool->Release(r);
-        continue;  // the encoder listed `c` when it no longer needs it
+        batch.push_back(c);  // encoded below, all at once
+        batch_data.push_back(data);
+        continue;
       } else if (status.ok()) {
         job.Touch();  // a write handed to the kernel is progress
+        writes_started();
         absl::Status s = io.Start(IoOp::Kind::kWrite, files[c.shard].get(), c.file_offset,
                                   const_cast<char*>(data), c.bytes, c.chunk,
                                   ctx_.pool->buf_index(c.chunk));
-        if (s.ok()) continue;
+        if (s.ok()) {
+          bytes_started += c.bytes;
+          continue;
+        }
         fail(s);
       }
       ctx_.pool->Release(c.chunk);  // dropped by a failed save
+    }
+    if (!batch.empty()) {
+      releasable.clear();
+      if (status.ok()) {
+        job.stage = SaveStage::kEncoding;
+        absl::Status s = encoder->ConsumeBatch(batch, batch_data, &releasable);
+        if (!s.ok()) fail(s);
+      } else {
+        for (const StagedChunk& c : batch) releasable.push_back(c.chunk);
+      }
+      for (size_t r : releasable) ctx_.pool->Release(r);
     }
     if (!more && status.ok() && !staged_point) {
       staged_point = true;
@@ -277,6 +355,8 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     encoder->TakeHeld(&releasable);
     for (size_t r : releasable) ctx_.pool->Release(r);
   }
+  writes_idle();
+  adaptive_.EndSave();
   if (status.ok()) status = job.staging_status();
   if (status.ok()) status = hasher.Finish();
   if (status.ok()) KillPoint("save.written");
@@ -385,7 +465,8 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
   KillPoint("commit.done");
   if (reference_ != nullptr) {
     reference_->Retain(job.tensors);
-    reference_->Committed(job.step(), manifest.manifest_xxh3, manifest.kind == CheckpointKind::kDelta);
+    reference_->Committed(job.step(), manifest.manifest_xxh3, manifest.kind == CheckpointKind::kDelta,
+                          differential(), manifest.shard_bytes());
   }
   stats->tensor_bytes = manifest.tensor_bytes();
   stats->file_bytes = manifest.shard_bytes();

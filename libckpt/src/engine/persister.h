@@ -15,12 +15,14 @@
 
 #include "ckpt/file_system.h"
 #include "ckpt/options.h"
+#include "engine/adaptive_compression.h"
 #include "engine/reference_state.h"
 #include "distributed/rank_commit.h"
 #include "engine/save_job.h"
 #include "engine/shard_encoder.h"
 #include "staging/staging_pool.h"
 #include "util/mutex.h"
+#include "util/worker_pool.h"
 
 namespace ckpt::internal {
 
@@ -32,7 +34,9 @@ struct PersisterContext {
   bool direct = false;
   std::string backend;
   std::string writer;         // "ckpt <version>"
-  int compression_level = 0;  // zstd level; 0 = raw records
+  IoOptions io;               // for reading the reference state back at start
+  // Full records: raw, zstd or planes (level >= 1; see EffectiveCompression).
+  CompressionOptions compression;
   DeltaOptions delta;
   // Encoded (delta or zstd) saves write through this many output buffers of
   // a staging chunk's size; any number >= 1 works (see ShardOutputs).
@@ -75,6 +79,12 @@ class Persister {
   // Writes and commits `job`; returns its outcome and figures.
   absl::Status Persist(SaveJob& job, SaveStats* stats);
   bool ShouldWriteDelta(const SaveJob& job);
+  // Rebuilds the reference state from the root's newest checkpoint
+  // (`DeltaOptions::resume_from_newest`); logs what it did.
+  void ResumeReference();
+  // The threads that encode (created on first use; the persister is one).
+  WorkerPool* CodecPool();
+  bool differential() const { return ctx_.delta.base == DeltaOptions::Base::kDifferential; }
   // Writes the job's chunks as they are staged (encoding them when the plan
   // says so); returns once all are written or the first error.
   absl::Status WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files, Plan& plan);
@@ -89,6 +99,8 @@ class Persister {
   std::atomic<bool> abandon_{false};
   std::unique_ptr<ReferenceState> reference_;  // persister thread only; null without deltas
   bool warned_pool_too_small_ = false;          // persister thread only
+  std::unique_ptr<WorkerPool> codec_pool_;      // persister thread only
+  AdaptiveCompression adaptive_;                // persister thread only
   Mutex mu_;
   std::deque<std::shared_ptr<SaveJob>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

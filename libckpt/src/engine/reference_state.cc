@@ -29,11 +29,53 @@ char* ReferenceState::FindOrCreate(const std::string& name, DType dtype,
   return static_cast<char*>(e.data.data());
 }
 
-void ReferenceState::Committed(int64_t step, uint64_t manifest_xxh3, bool was_delta) {
+void ReferenceState::Committed(int64_t step, uint64_t manifest_xxh3, bool was_delta,
+                               bool differential, uint64_t file_bytes) {
   valid_ = true;
-  base_step_ = step;
-  base_manifest_xxh3_ = manifest_xxh3;
-  deltas_since_full_ = was_delta ? deltas_since_full_ + 1 : 0;
+  if (!was_delta) {
+    base_step_ = step;
+    base_manifest_xxh3_ = manifest_xxh3;
+    deltas_since_full_ = 0;
+    full_bytes_ = file_bytes;
+    chain_bytes_ = file_bytes;
+    last_delta_bytes_ = 0;
+    return;
+  }
+  ++deltas_since_full_;
+  last_delta_bytes_ = file_bytes;
+  if (differential) {
+    chain_bytes_ = full_bytes_ + file_bytes;  // the base stays the full save
+  } else {
+    chain_bytes_ += file_bytes;
+    base_step_ = step;
+    base_manifest_xxh3_ = manifest_xxh3;
+  }
+}
+
+void ReferenceState::Restored(int64_t base_step, uint64_t base_manifest_xxh3, int deltas_since_full,
+                              uint64_t full_bytes, uint64_t chain_bytes, uint64_t last_delta_bytes) {
+  valid_ = true;
+  base_step_ = base_step;
+  base_manifest_xxh3_ = base_manifest_xxh3;
+  deltas_since_full_ = deltas_since_full;
+  full_bytes_ = full_bytes;
+  chain_bytes_ = chain_bytes;
+  last_delta_bytes_ = last_delta_bytes;
+}
+
+uint64_t ReferenceState::PredictedRestoreBytes(bool differential) const {
+  if (last_delta_bytes_ == 0) return 0;
+  return (differential ? full_bytes_ : chain_bytes_) + last_delta_bytes_;
+}
+
+char* ReferenceState::Scratch(size_t bytes) {
+  if (scratch_.size() < bytes) {
+    scratch_ = AlignedBytes();
+    auto data = AlignedBytes::Allocate(bytes, /*prefault=*/true);
+    if (!data.ok()) return nullptr;
+    scratch_ = std::move(*data);
+  }
+  return static_cast<char*>(scratch_.data());
 }
 
 void ReferenceState::Retain(const std::vector<TensorView>& tensors) {

@@ -34,8 +34,28 @@ class ReferenceState {
   uint64_t base_manifest_xxh3() const { return base_manifest_xxh3_; }
   int deltas_since_full() const { return deltas_since_full_; }
 
-  // After a commit: the references now match `step`.
-  void Committed(int64_t step, uint64_t manifest_xxh3, bool was_delta);
+  // After a commit of `step` (`file_bytes` stored): the references now match
+  // it, or, for a differential delta, still match the full save they were
+  // taken against (which stays the base).
+  void Committed(int64_t step, uint64_t manifest_xxh3, bool was_delta, bool differential,
+                 uint64_t file_bytes);
+  // As after committing the checkpoints of a chain read back at `Open`: the
+  // references hold `base_step`'s values; `deltas_since_full` deltas were
+  // taken since the full save, whose stored bytes were `full_bytes`; a
+  // restore of the newest reads `chain_bytes`, of which `last_delta_bytes`
+  // its newest delta (0: none).
+  void Restored(int64_t base_step, uint64_t base_manifest_xxh3, int deltas_since_full,
+                uint64_t full_bytes, uint64_t chain_bytes, uint64_t last_delta_bytes);
+  // What a restore of the next delta would read: the full save plus the
+  // deltas applied (chained: every one since the full; differential: that
+  // one), the next predicted by the last one's size. 0 when no delta was
+  // taken since the full save (nothing to predict from).
+  uint64_t PredictedRestoreBytes(bool differential) const;
+  uint64_t full_bytes() const { return full_bytes_; }
+  // Memory of at least `bytes` for encoding against a copy of a reference
+  // (differential deltas leave the reference as it is); grown, pre-faulted,
+  // and reused.
+  char* Scratch(size_t bytes);
   // After a failed save (references may be half updated): the next save is full.
   void Invalidate() { valid_ = false; }
   // Keeps only the named tensors (a save that no longer has a tensor).
@@ -55,6 +75,10 @@ class ReferenceState {
   int64_t base_step_ = -1;
   uint64_t base_manifest_xxh3_ = 0;
   int deltas_since_full_ = 0;
+  uint64_t full_bytes_ = 0;        // stored bytes of the last full save
+  uint64_t chain_bytes_ = 0;       // what a restore of the last checkpoint reads
+  uint64_t last_delta_bytes_ = 0;  // stored bytes of the last delta (0: none since the full)
+  AlignedBytes scratch_;
 };
 
 }  // namespace ckpt::internal

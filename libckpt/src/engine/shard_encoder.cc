@@ -3,11 +3,13 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "delta/delta_codec.h"
+#include "delta/plane_codec.h"
 #include "util/hash.h"
 #include "util/status_macros.h"
 
@@ -25,6 +27,19 @@ absl::Status ShardEncoder::Consume(const StagedChunk& chunk, const char* data,
   CKPT_RETURN_IF_ERROR(ConsumeChunk(chunk, data, release));
   if (chunk.file_offset + chunk.bytes == job_.plan[chunk.shard].padded_bytes) {
     CKPT_ASSIGN_OR_RETURN(shards_[chunk.shard], outputs_->FinishShard(chunk.shard));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardEncoder::ConsumeBatch(std::span<const StagedChunk> chunks,
+                                        std::span<const char* const> data,
+                                        std::vector<size_t>* release) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    absl::Status s = Consume(chunks[i], data[i], release);
+    if (!s.ok()) {
+      for (size_t j = i + 1; j < chunks.size(); ++j) release->push_back(chunks[j].chunk);
+      return s;
+    }
   }
   return absl::OkStatus();
 }
@@ -89,6 +104,115 @@ class ZstdShardEncoder final : public ShardEncoder {
   std::vector<char> scratch_;
 };
 
+class PlanesShardEncoder final : public ShardEncoder {
+ public:
+  PlanesShardEncoder(const SaveJob& job, int level, WorkerPool* pool, AdaptiveCompression* adaptive,
+                     std::unique_ptr<ShardOutputs> outputs)
+      : ShardEncoder(job, std::move(outputs)), level_(level), pool_(pool), adaptive_(adaptive) {
+    adaptive_->BeginSave(job.tensors.size());
+  }
+
+  absl::Status ConsumeChunk(const StagedChunk& chunk, const char* data,
+                            std::vector<size_t>* release) override {
+    // (Only reached through ConsumeBatch's group of one.)
+    return absl::InternalError("PlanesShardEncoder::ConsumeChunk");
+  }
+
+  absl::Status ConsumeBatch(std::span<const StagedChunk> chunks, std::span<const char* const> data,
+                            std::vector<size_t>* release) override {
+    // Groups of a few chunks per thread: enough to keep every thread busy,
+    // little encoded output held at once.
+    const size_t group = 2 * static_cast<size_t>(pool_->threads());
+    for (size_t begin = 0; begin < chunks.size(); begin += group) {
+      const size_t end = std::min(chunks.size(), begin + group);
+      absl::Status s = EncodeGroup(chunks.subspan(begin, end - begin), data.subspan(begin, end - begin),
+                                   release);
+      if (!s.ok()) {
+        for (size_t j = end; j < chunks.size(); ++j) release->push_back(chunks[j].chunk);
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // One block: bytes [lo, hi) of the shard's raw layout, of record `record`.
+  struct Part {
+    size_t chunk;   // index in the group
+    size_t record;  // in the shard's plan
+    uint64_t lo, hi;
+    bool compress;
+    absl::Status status;
+  };
+
+  absl::Status EncodeGroup(std::span<const StagedChunk> chunks, std::span<const char* const> data,
+                           std::vector<size_t>* release) {
+    const bool compress = adaptive_->CompressGroup();
+    parts_.clear();
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const PlannedShard& plan = job_.plan[chunks[c].shard];
+      (void)ForEachRecordPart(plan, chunks[c].file_offset, chunks[c].file_offset + chunks[c].bytes,
+                              [&](size_t r, uint64_t lo, uint64_t hi) -> absl::Status {
+                                const size_t tensor = plan.records[r].tensor;
+                                const bool worth = compress && adaptive_->TensorWorthwhile(tensor);
+                                for (uint64_t b = lo; b < hi; b += kPlaneBlockBytes) {
+                                  parts_.push_back(Part{c, r, b, std::min<uint64_t>(hi, b + kPlaneBlockBytes),
+                                                        worth, absl::OkStatus()});
+                                }
+                                return absl::OkStatus();
+                              });
+    }
+    if (blocks_.size() < parts_.size()) blocks_.resize(parts_.size());
+    const auto start = std::chrono::steady_clock::now();
+    pool_->ParallelFor(parts_.size(), [&](size_t i) {
+      Part& part = parts_[i];
+      const StagedChunk& chunk = chunks[part.chunk];
+      const PlannedRecord& rec = job_.plan[chunk.shard].records[part.record];
+      size_t elem = DTypeSize(job_.tensors[rec.tensor].dtype);
+      // Planes need whole elements (records start 4 KiB-aligned and chunks
+      // are multiples of 4 KiB, so they always are); else bytes as one plane.
+      if (elem == 0 || (part.lo - rec.offset) % elem != 0 || (part.hi - part.lo) % elem != 0) elem = 1;
+      blocks_[i].clear();
+      part.status = AppendPlaneBlock(data[part.chunk] + (part.lo - chunk.file_offset), part.hi - part.lo,
+                                     elem, level_, !part.compress, &blocks_[i]);
+    });
+    uint64_t compressed_in = 0;
+    for (const Part& part : parts_) {
+      if (part.compress) compressed_in += part.hi - part.lo;
+    }
+    adaptive_->Encoded(compressed_in, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    // The staged bytes are encoded: every chunk of the group may go back.
+    for (const StagedChunk& chunk : chunks) release->push_back(chunk.chunk);
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      const Part& part = parts_[i];
+      CKPT_RETURN_IF_ERROR(part.status);
+      const StagedChunk& chunk = chunks[part.chunk];
+      const PlannedRecord& rec = job_.plan[chunk.shard].records[part.record];
+      RecordLayout& layout = records_[rec.tensor];
+      if (part.lo == rec.offset) {
+        CKPT_ASSIGN_OR_RETURN(layout.offset, outputs_->BeginRecord(chunk.shard));
+        layout.encoding = RecordEncoding::kPlanes;
+      }
+      if (part.compress) adaptive_->Block(rec.tensor, part.hi - part.lo, blocks_[i].size());
+      layout.stored_bytes += blocks_[i].size();
+      CKPT_RETURN_IF_ERROR(outputs_->Append(chunk.shard, blocks_[i].data(), blocks_[i].size()));
+    }
+    for (const StagedChunk& chunk : chunks) {
+      if (chunk.file_offset + chunk.bytes == job_.plan[chunk.shard].padded_bytes &&
+          !outputs_->finished(chunk.shard)) {
+        CKPT_ASSIGN_OR_RETURN(shards_[chunk.shard], outputs_->FinishShard(chunk.shard));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const int level_;
+  WorkerPool* const pool_;
+  AdaptiveCompression* const adaptive_;
+  std::vector<Part> parts_;
+  std::vector<std::vector<char>> blocks_;  // encoded parts, reused group to group
+};
+
 class DeltaShardEncoder final : public ShardEncoder {
  public:
   DeltaShardEncoder(const SaveJob& job, const DeltaOptions& options, int level,
@@ -131,22 +255,40 @@ class DeltaShardEncoder final : public ShardEncoder {
     const TensorView& t = job_.tensors[rec.tensor];
     RecordLayout& layout = records_[rec.tensor];
     CKPT_ASSIGN_OR_RETURN(layout.offset, outputs_->BeginRecord(shard));
+    const bool differential = options_.base == DeltaOptions::Base::kDifferential;
     char* ref = reference_->Find(t.name, t.dtype, t.shape);
     if (ref != nullptr) {
+      // A differential delta leaves the reference (the full save's values)
+      // as it is: the encoder works on a copy, which it brings to what a
+      // restore of this delta yields.
+      char* against = ref;
+      if (differential) {
+        against = reference_->Scratch(t.nbytes);
+        if (against == nullptr) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "no memory for a copy of the reference of tensor \"", t.name, "\" (", t.nbytes, " bytes)"));
+        }
+        std::memcpy(against, ref, t.nbytes);
+      }
       const int level = level_;
       auto delta = options_.mode == DeltaOptions::Mode::kTopK
-                       ? EncodeTopKDelta(pieces_, ref, t.nbytes, t.dtype, options_.topk_ratio, level)
-                       : EncodeExactDelta(pieces_, ref, t.nbytes, t.dtype, level);
+                       ? EncodeTopKDelta(pieces_, against, t.nbytes, t.dtype, options_.topk_ratio, level)
+                       : EncodeExactDelta(pieces_, against, t.nbytes, t.dtype, level);
       if (!delta.ok()) return delta.status();
       if (delta->bytes.size() < t.nbytes) {
         layout.encoding = delta->encoding;
         layout.stored_bytes = delta->bytes.size();
         layout.error_bound = delta->error_bound;
-        if (delta->encoding == RecordEncoding::kTopK) restored_hashes_[rec.tensor] = Xxh3(ref, t.nbytes);
+        if (delta->encoding == RecordEncoding::kTopK) restored_hashes_[rec.tensor] = Xxh3(against, t.nbytes);
         return outputs_->Append(shard, delta->bytes.data(), delta->bytes.size());
       }
-      // Not smaller: store it whole (and the reference becomes X exactly).
-    } else {
+      // Not smaller: store it whole (a chained reference becomes X exactly;
+      // a differential one stays the full save's, which the next delta of
+      // this tensor applies to).
+      if (differential) ref = nullptr;
+    } else if (!differential) {
+      // (A tensor the full save did not have stays whole until the next
+      // full save when deltas are differential: they apply to that save.)
       ref = reference_->FindOrCreate(t.name, t.dtype, t.shape, t.nbytes);
     }
     layout.encoding = RecordEncoding::kRaw;
@@ -179,6 +321,13 @@ class DeltaShardEncoder final : public ShardEncoder {
 absl::StatusOr<std::unique_ptr<ShardEncoder>> NewZstdShardEncoder(
     const SaveJob& job, int level, std::unique_ptr<ShardOutputs> outputs) {
   return std::unique_ptr<ShardEncoder>(new ZstdShardEncoder(job, level, std::move(outputs)));
+}
+
+absl::StatusOr<std::unique_ptr<ShardEncoder>> NewPlanesShardEncoder(
+    const SaveJob& job, int level, WorkerPool* pool, AdaptiveCompression* adaptive,
+    std::unique_ptr<ShardOutputs> outputs) {
+  return std::unique_ptr<ShardEncoder>(
+      new PlanesShardEncoder(job, level, pool, adaptive, std::move(outputs)));
 }
 
 absl::StatusOr<std::unique_ptr<ShardEncoder>> NewDeltaShardEncoder(

@@ -5,12 +5,15 @@
 #define CKPT_ENGINE_SHARD_ENCODER_H_
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/reference_state.h"
 #include "engine/save_job.h"
+#include "engine/adaptive_compression.h"
 #include "engine/shard_outputs.h"
+#include "util/worker_pool.h"
 
 namespace ckpt::internal {
 
@@ -27,6 +30,11 @@ class ShardEncoder {
   // exactly what `release` lists. A shard's last chunk finishes the shard
   // (its output is flushed at once, so it holds no output buffer).
   absl::Status Consume(const StagedChunk& chunk, const char* data, std::vector<size_t>* release);
+  // As `Consume` for each of `chunks` (data `data[i]`) in order; an encoder
+  // may encode them in parallel. On error, `release` lists every chunk of
+  // the batch the caller must give back (and any held earlier).
+  virtual absl::Status ConsumeBatch(std::span<const StagedChunk> chunks,
+                                    std::span<const char* const> data, std::vector<size_t>* release);
   // Flushes every shard not finished yet. Call once, after the last chunk.
   absl::Status Finish();
   // Staging chunks still held (after a failure elsewhere); the encoder
@@ -55,6 +63,14 @@ class ShardEncoder {
 // part of it (so readers can stream them).
 absl::StatusOr<std::unique_ptr<ShardEncoder>> NewZstdShardEncoder(
     const SaveJob& job, int level, std::unique_ptr<ShardOutputs> outputs);
+
+// Each record as byte-plane blocks (delta/plane_codec.h), one block per
+// staged chunk's part of it, the chunks of a batch encoded in parallel on
+// `pool`; blocks `adaptive` finds not worth it are stored raw inside the
+// record. `adaptive` and `pool` outlive the encoder.
+absl::StatusOr<std::unique_ptr<ShardEncoder>> NewPlanesShardEncoder(
+    const SaveJob& job, int level, WorkerPool* pool, AdaptiveCompression* adaptive,
+    std::unique_ptr<ShardOutputs> outputs);
 
 // Each record as a delta against `reference` (exact or top-k per `options`,
 // payloads zstd level `level`), falling back to the raw bytes where the
