@@ -33,16 +33,27 @@ inline constexpr size_t kPlaneBlockBytes = size_t{1} << 20;
 // The most bytes `AppendPlaneBlock` appends for `n` input bytes.
 size_t PlaneBlockBound(size_t n, size_t elem_bytes);
 
-// Appends one block holding data[0, n) to `out`. REQUIRES: n is a multiple
-// of `elem_bytes` (1, 2, 4 or 8) and at most kPlaneBlockBytes. `level`: zstd
-// level of the planes (negative levels are zstd's fast levels).
+// Appends one block holding data[0, n) to `out` (with `xor_with`, the block
+// holds data[i] ^ xor_with[i] instead: an xor_planes delta's block, without
+// an intermediate buffer). REQUIRES: n is a multiple of `elem_bytes` (1, 2,
+// 4 or 8) and at most kPlaneBlockBytes; else kInvalidArgument. n == 0
+// appends nothing. `level`: zstd level of the planes (negative levels are
+// zstd's fast levels). A plane zstd does not shrink is stored verbatim, a
+// plane of one repeated byte as that byte; a block none of whose planes
+// shrink is written raw, as is every block with `store_raw`. Appends at most
+// PlaneBlockBound(n, elem_bytes) bytes. Thread-safe (per-thread zstd
+// contexts and scratch).
 absl::Status AppendPlaneBlock(const char* data, size_t n, size_t elem_bytes, int level,
-                              bool store_raw, std::vector<char>* out);
+                              bool store_raw, std::vector<char>* out,
+                              const char* xor_with = nullptr);
 
 // Decodes `payload` (consecutive blocks) into dst[0, n): writes the decoded
 // bytes or, with `xor_into`, XORs them into what dst holds. The blocks must
 // cover exactly n bytes. kDataLoss naming what is malformed (nothing is
-// written past n). With `pool`, blocks are decoded in parallel.
+// written past n). Every block header is checked before anything is
+// written, so a payload of the wrong structure leaves dst as it was; corrupt
+// zstd data in one block may leave other blocks applied. With `pool`, blocks
+// are decoded in parallel (REQUIRES: not called from inside `pool`'s work).
 absl::Status DecodePlaneBlocks(const char* payload, size_t bytes, size_t elem_bytes, char* dst,
                                size_t n, bool xor_into, WorkerPool* pool = nullptr);
 
