@@ -226,8 +226,8 @@ absl::Status ReaderImpl::ReadRecords(std::span<const RecordRef> names, std::span
   }
   // Compressed records first, each on its own (one executor per queue at a time).
   for (const RecordTarget& record : records) {
-    if (record.info->encoding == RecordEncoding::kZstd) {
-      CKPT_RETURN_IF_ERROR(DecodeZstdRecord(files_, *record.dir, *record.info, record.dst));
+    if (IsCompressedEncoding(record.info->encoding)) {
+      CKPT_RETURN_IF_ERROR(DecodeCompressedRecord(files_, *record.dir, *record.info, record.dst));
     }
   }
   absl::Status status = ReadRawRecords(files_, chunks_, records);

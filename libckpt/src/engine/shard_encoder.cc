@@ -168,10 +168,9 @@ class PlanesShardEncoder final : public ShardEncoder {
       Part& part = parts_[i];
       const StagedChunk& chunk = chunks[part.chunk];
       const PlannedRecord& rec = job_.plan[chunk.shard].records[part.record];
-      size_t elem = DTypeSize(job_.tensors[rec.tensor].dtype);
-      // Planes need whole elements (records start 4 KiB-aligned and chunks
-      // are multiples of 4 KiB, so they always are); else bytes as one plane.
-      if (elem == 0 || (part.lo - rec.offset) % elem != 0 || (part.hi - part.lo) % elem != 0) elem = 1;
+      // (Blocks hold whole elements: records start 4 KiB-aligned and chunks
+      // are multiples of 4 KiB; AppendPlaneBlock refuses anything else.)
+      const size_t elem = DTypeSize(job_.tensors[rec.tensor].dtype);
       blocks_[i].clear();
       part.status = AppendPlaneBlock(data[part.chunk] + (part.lo - chunk.file_offset), part.hi - part.lo,
                                      elem, level_, !part.compress, &blocks_[i]);

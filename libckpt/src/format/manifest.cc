@@ -181,6 +181,14 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
     return Corrupt(path, absl::StrCat(where, ": a zstd record of ", t.stored_bytes,
                                       " bytes cannot hold raw_bytes ", t.raw_bytes));
   }
+  // A planes block is at least 13 bytes (a header and one constant plane)
+  // for at most 1 MiB: the same guard for "planes" records.
+  constexpr uint64_t kMinPlanesBlockBytes = 13;
+  if (t.encoding == RecordEncoding::kPlanes &&
+      t.stored_bytes < kMinPlanesBlockBytes * ((t.raw_bytes + (uint64_t{1} << 20) - 1) >> 20)) {
+    return Corrupt(path, absl::StrCat(where, ": a planes record of ", t.stored_bytes,
+                                      " bytes cannot hold raw_bytes ", t.raw_bytes));
+  }
   if (auto placement = j.find("placement"); placement != j.end()) {
     std::optional<TensorPlacement> parsed_placement =
         placement->is_string() ? ParseTensorPlacement(placement->get<std::string>()) : std::nullopt;

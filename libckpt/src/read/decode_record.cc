@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "delta/delta_codec.h"
+#include "delta/plane_codec.h"
 #include "format/names.h"
 #include "io/io_executor.h"
 #include "util/hash.h"
@@ -73,6 +74,28 @@ absl::Status DecodeZstdRecord(ShardFiles& files, const std::string& dir, const T
                                             t.raw_bytes, " bytes"));
   }
   if (hash.Digest() != t.xxh3) return ChecksumMismatch(dir, t, hash.Digest());
+  return absl::OkStatus();
+}
+
+absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
+                                    char* dst) {
+  if (t.encoding == RecordEncoding::kZstd) return DecodeZstdRecord(files, dir, t, dst);
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStoredRecord(files, dir, t));
+  // Only checking: decoded into memory of its own, dropped after.
+  AlignedBytes scratch;
+  if (dst == nullptr) {
+    CKPT_ASSIGN_OR_RETURN(scratch, AlignedBytes::Allocate(t.raw_bytes, false));
+    dst = static_cast<char*>(scratch.data());
+  }
+  absl::Status decoded = DecodePlaneBlocks(static_cast<const char*>(stored.data()), t.stored_bytes,
+                                           DTypeSize(t.dtype), dst, t.raw_bytes, /*xor_into=*/false,
+                                           files.codec_pool());
+  if (!decoded.ok()) {
+    return absl::DataLossError(absl::StrCat("tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard),
+                                            " at offset ", t.offset, ": ", decoded.message()));
+  }
+  const uint64_t actual = Xxh3(dst, t.raw_bytes);
+  if (actual != t.xxh3) return ChecksumMismatch(dir, t, actual);
   return absl::OkStatus();
 }
 

@@ -33,6 +33,16 @@ absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::stri
 absl::Status DecodeZstdRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
                               char* dst);
 
+// Whether `encoding` stores a whole record compressed: read and decoded one
+// record at a time (`DecodeCompressedRecord`), not streamed like raw ones.
+constexpr bool IsCompressedEncoding(RecordEncoding encoding) {
+  return encoding == RecordEncoding::kZstd || encoding == RecordEncoding::kPlanes;
+}
+
+// As `DecodeZstdRecord` for any compressed record ("zstd" or "planes").
+absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
+                                    char* dst);
+
 // Applies the deltas of tensor `name` stored after link `base` of `chain`,
 // oldest first, to `dst` (holding its value at `base`), checking the
 // checksum after each. A tensor whose dtype or shape changes along the

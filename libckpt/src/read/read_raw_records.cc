@@ -65,7 +65,7 @@ absl::Status RawRecordReads::Run() {
         status = file.status();
         break;
       }
-      if (record.info->encoding == RecordEncoding::kZstd) continue;  // decoded on their own
+      if (IsCompressedEncoding(record.info->encoding)) continue;  // decoded on their own
       if (record.info->raw_bytes == 0) {
         status = FinishRecord(r);
         continue;

@@ -11,6 +11,7 @@
 #include "ckpt/file_system.h"
 #include "ckpt/options.h"
 #include "io/backend.h"
+#include "util/worker_pool.h"
 
 namespace ckpt::internal {
 
@@ -30,6 +31,13 @@ class ShardFiles {
   void CountRead(uint64_t bytes) { bytes_read_ += bytes; }
   uint64_t bytes_read() const { return bytes_read_; }
   const IoOptions& io() const { return io_; }
+  // Threads that decode compressed records and deltas (created on first use).
+  WorkerPool* codec_pool() {
+    if (codec_pool_ == nullptr) {
+      codec_pool_ = std::make_unique<WorkerPool>(WorkerPool::DefaultThreads(0), "ckpt-decode", 0);
+    }
+    return codec_pool_.get();
+  }
 
  private:
   const std::shared_ptr<FileSystem> fs_;
@@ -37,6 +45,7 @@ class ShardFiles {
   OpenedIo backend_;                                    // `direct` may turn off
   std::map<std::string, std::unique_ptr<File>> files_;  // by path; closed before the queue
   uint64_t bytes_read_ = 0;
+  std::unique_ptr<WorkerPool> codec_pool_;
 };
 
 }  // namespace ckpt::internal

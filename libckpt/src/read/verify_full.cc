@@ -22,8 +22,8 @@ absl::Status VerifyFullCheckpoint(ShardFiles& files, ReadChunks& chunks, const s
   };
   const std::vector<TensorInfo>& tensors = manifest.tensors;
   for (const TensorInfo& t : tensors) {
-    if (t.encoding == RecordEncoding::kZstd) {
-      CKPT_RETURN_IF_ERROR(DecodeZstdRecord(files, dir, t, nullptr));
+    if (IsCompressedEncoding(t.encoding)) {
+      CKPT_RETURN_IF_ERROR(DecodeCompressedRecord(files, dir, t, nullptr));
       count(t.raw_bytes);
     }
   }
@@ -89,9 +89,9 @@ absl::Status VerifyFullCheckpoint(ShardFiles& files, ReadChunks& chunks, const s
     // Empty and compressed tensors are checked on their own (compressed
     // ones before this loop).
     while (status.ok() && next_tensor < tensors.size() &&
-           (tensors[next_tensor].raw_bytes == 0 || tensors[next_tensor].encoding == RecordEncoding::kZstd)) {
+           (tensors[next_tensor].raw_bytes == 0 || IsCompressedEncoding(tensors[next_tensor].encoding))) {
       const TensorInfo& t = tensors[next_tensor];
-      if (t.encoding != RecordEncoding::kZstd && Xxh3(nullptr, 0) != t.xxh3) {
+      if (!IsCompressedEncoding(t.encoding) && Xxh3(nullptr, 0) != t.xxh3) {
         status = ChecksumMismatch(dir, t, Xxh3(nullptr, 0));
       }
       ++next_tensor;
