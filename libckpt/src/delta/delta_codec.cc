@@ -7,14 +7,23 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "delta/plane_codec.h"
+#include "util/status_macros.h"
 
 namespace ckpt::internal {
 namespace {
 
 constexpr uint8_t kSparseTag = 1;
 constexpr uint8_t kXorTag = 2;
+
+// The selection rule of EncodeExactDelta (delta_codec.h): with c changed of
+// N elements, sparse only when c <= N / kSparseChangedDenominator, dense
+// only when c > N / kDenseChangedDenominator, both in between.
+constexpr uint64_t kSparseChangedDenominator = 32;
+constexpr uint64_t kDenseChangedDenominator = 3;
 
 // Calls `fn(index, x_element_ptr, r_element_ptr)` for every element whose
 // bits differ between X and R.
@@ -48,9 +57,45 @@ void PutVarint(std::vector<char>& out, uint64_t v) {
   out.push_back(static_cast<char>(v));
 }
 
+struct CCtxFree {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+struct DCtxFree {
+  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
+};
+ZSTD_CCtx* ThreadCCtx() {
+  thread_local std::unique_ptr<ZSTD_CCtx, CCtxFree> cctx(ZSTD_createCCtx());
+  return cctx.get();
+}
+ZSTD_DCtx* ThreadDCtx() {
+  thread_local std::unique_ptr<ZSTD_DCtx, DCtxFree> dctx(ZSTD_createDCtx());
+  return dctx.get();
+}
+
+// Per-thread buffer of kChunkBytes (uninitialized), allocated once per
+// thread: the unit in which xor payloads are streamed and plane blocks that
+// straddle pieces are gathered.
+constexpr size_t kChunkBytes = kPlaneBlockBytes;
+char* ThreadChunk() {
+  thread_local std::unique_ptr<char[]> chunk(new char[kChunkBytes]);
+  return chunk.get();
+}
+
+// A per-thread buffer of at least `bytes` (uninitialized), grown, never
+// shrunk: where sparse payloads are decompressed.
+char* ThreadBuffer(size_t bytes) {
+  thread_local std::unique_ptr<char[]> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    capacity = std::max(bytes, capacity * 2);
+    buffer.reset(new char[capacity]);
+  }
+  return buffer.get();
+}
+
 absl::StatusOr<std::vector<char>> Compress(const std::vector<char>& raw, int level) {
   std::vector<char> out(ZSTD_compressBound(raw.size()));
-  const size_t z = ZSTD_compress(out.data(), out.size(), raw.data(), raw.size(), level);
+  const size_t z = ZSTD_compressCCtx(ThreadCCtx(), out.data(), out.size(), raw.data(), raw.size(), level);
   if (ZSTD_isError(z)) return absl::InternalError(absl::StrCat("zstd: ", ZSTD_getErrorName(z)));
   out.resize(z);
   return out;
@@ -112,45 +157,316 @@ uint64_t ChangeKey(const char* x, const char* r, DType dtype) {
   return std::bit_cast<uint64_t>(d);  // non-negative doubles order like their bits
 }
 
-}  // namespace
-
-absl::StatusOr<DeltaRecord> EncodeExactDelta(std::span<const Piece> x, char* r, size_t n,
-                                             DType dtype, int zstd_level) {
-  const size_t elem = DTypeSize(dtype);
-  std::vector<uint64_t> indices;
-  std::vector<char> values;
-  ForEachChanged(x, r, elem, [&](uint64_t i, const char* xe, const char*) {
-    indices.push_back(i);
-    values.insert(values.end(), xe, xe + elem);
-  });
-  DeltaRecord record;
-  record.changed = indices.size();
-  std::vector<char> raw;
-  // Sparse costs ~(elem + 1..2) bytes per change; xor costs n bytes before
-  // compression (cheap when few bits changed). Past a quarter changed, xor.
-  if (indices.size() * 4 <= n / elem) {
-    record.encoding = RecordEncoding::kSparse;
-    raw = SparsePayload(indices, values.data(), elem);
-  } else {
-    record.encoding = RecordEncoding::kXor;
-    raw.resize(1 + n);
-    raw[0] = static_cast<char>(kXorTag);
-    size_t offset = 0;
-    for (const Piece& p : x) {
-      for (size_t i = 0; i < p.bytes; ++i) raw[1 + offset + i] = p.data[i] ^ r[offset + i];
-      offset += p.bytes;
-    }
+// Elements whose bits differ between X and R.
+template <typename U>
+uint64_t CountChangedT(const char* x, const char* r, size_t count) {
+  uint64_t changed = 0;
+  for (size_t i = 0; i < count; ++i) {
+    U a, b;
+    std::memcpy(&a, x + i * sizeof(U), sizeof(U));
+    std::memcpy(&b, r + i * sizeof(U), sizeof(U));
+    changed += a != b;
   }
-  auto compressed = Compress(raw, zstd_level);
-  if (!compressed.ok()) return compressed.status();
-  record.bytes = std::move(*compressed);
-  // R becomes X.
+  return changed;
+}
+
+uint64_t CountChanged(std::span<const Piece> x, const char* r, size_t elem) {
+  uint64_t changed = 0;
+  size_t offset = 0;
+  for (const Piece& p : x) {
+    const char* rs = r + offset;
+    switch (elem) {
+      case 1: changed += CountChangedT<uint8_t>(p.data, rs, p.bytes); break;
+      case 2: changed += CountChangedT<uint16_t>(p.data, rs, p.bytes / 2); break;
+      case 4: changed += CountChangedT<uint32_t>(p.data, rs, p.bytes / 4); break;
+      case 8: changed += CountChangedT<uint64_t>(p.data, rs, p.bytes / 8); break;
+      default: ForEachChanged({&p, 1}, rs, elem, [&](uint64_t, const char*, const char*) { ++changed; });
+    }
+    offset += p.bytes;
+  }
+  return changed;
+}
+
+void CopyPieces(std::span<const Piece> x, char* r) {
   size_t offset = 0;
   for (const Piece& p : x) {
     std::memcpy(r + offset, p.data, p.bytes);
     offset += p.bytes;
   }
+}
+
+// "sparse" payload, compressed: the changed elements of X.
+absl::StatusOr<std::vector<char>> EncodeSparse(std::span<const Piece> x, const char* r, size_t elem,
+                                               uint64_t changed, int level) {
+  std::vector<uint64_t> indices;
+  std::vector<char> values;
+  indices.reserve(changed);
+  values.reserve(changed * elem);
+  ForEachChanged(x, r, elem, [&](uint64_t i, const char* xe, const char*) {
+    indices.push_back(i);
+    values.insert(values.end(), xe, xe + elem);
+  });
+  return Compress(SparsePayload(indices, values.data(), elem), level);
+}
+
+// "xor" payload: the tag then X xor R, compressed as one zstd frame (which
+// declares its content size), streamed through a chunk of X xor R.
+absl::StatusOr<std::vector<char>> EncodeXor(std::span<const Piece> x, const char* r, size_t n,
+                                            int level) {
+  ZSTD_CCtx* cctx = ThreadCCtx();
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setPledgedSrcSize(cctx, 1 + n);
+  std::vector<char> out;
+  out.reserve(ZSTD_compressBound(1 + n));  // address space only: pages are touched as written
+  thread_local std::unique_ptr<char[]> sink(new char[ZSTD_CStreamOutSize()]);
+  const size_t sink_bytes = ZSTD_CStreamOutSize();
+  auto feed = [&](const char* data, size_t bytes, ZSTD_EndDirective mode) -> absl::Status {
+    ZSTD_inBuffer in{data, bytes, 0};
+    while (true) {
+      ZSTD_outBuffer o{sink.get(), sink_bytes, 0};
+      const size_t left = ZSTD_compressStream2(cctx, &o, &in, mode);
+      if (ZSTD_isError(left)) return absl::InternalError(absl::StrCat("zstd: ", ZSTD_getErrorName(left)));
+      out.insert(out.end(), sink.get(), sink.get() + o.pos);
+      if (mode == ZSTD_e_end ? left == 0 : in.pos == in.size) return absl::OkStatus();
+    }
+  };
+  const char tag = static_cast<char>(kXorTag);
+  CKPT_RETURN_IF_ERROR(feed(&tag, 1, ZSTD_e_continue));
+  char* chunk = ThreadChunk();
+  size_t offset = 0;
+  for (const Piece& p : x) {
+    for (size_t done = 0; done < p.bytes;) {
+      const size_t len = std::min(kChunkBytes, p.bytes - done);
+      const char* xs = p.data + done;
+      const char* rs = r + offset + done;
+      for (size_t i = 0; i < len; ++i) chunk[i] = xs[i] ^ rs[i];
+      CKPT_RETURN_IF_ERROR(feed(chunk, len, ZSTD_e_continue));
+      done += len;
+    }
+    offset += p.bytes;
+  }
+  CKPT_RETURN_IF_ERROR(feed(nullptr, 0, ZSTD_e_end));
+  return out;
+}
+
+// Appends block `b` (bytes [b * kPlaneBlockBytes, ...) of the record) of X,
+// or of X xor R when `r` is set, to `out`; then r's block becomes X's.
+// `starts`: each piece's offset in the record.
+absl::Status EncodeBlock(std::span<const Piece> x, const std::vector<size_t>& starts, char* r,
+                         size_t n, size_t elem, int level, size_t b, std::vector<char>* out) {
+  const size_t offset = b * kPlaneBlockBytes;
+  const size_t len = std::min(kPlaneBlockBytes, n - offset);
+  size_t p = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), offset) -
+                                 starts.begin()) - 1;
+  const char* src;
+  if (offset + len <= starts[p] + x[p].bytes) {
+    src = x[p].data + (offset - starts[p]);
+  } else {  // the block straddles pieces: gather it
+    char* chunk = ThreadChunk();
+    for (size_t done = 0; done < len; ++p) {
+      const size_t from = offset + done - starts[p];
+      if (from >= x[p].bytes) continue;
+      const size_t take = std::min(x[p].bytes - from, len - done);
+      std::memcpy(chunk + done, x[p].data + from, take);
+      done += take;
+    }
+    src = chunk;
+  }
+  CKPT_RETURN_IF_ERROR(AppendPlaneBlock(src, len, elem, level, /*store_raw=*/false, out,
+                                        r == nullptr ? nullptr : r + offset));
+  if (r != nullptr) std::memcpy(r + offset, src, len);
+  return absl::OkStatus();
+}
+
+// Blocks of X (or X xor R, and then r == X) appended to `out`, encoded on
+// `pool` in waves of a few blocks per thread; each wave's blocks go to
+// per-thread slots (reused from call to call), then to `out` in order.
+absl::Status EncodeBlocks(std::span<const Piece> x, char* r, size_t n, size_t elem, int level,
+                          WorkerPool* pool, std::vector<char>* out) {
+  std::vector<size_t> starts(x.size());
+  size_t total = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    starts[i] = total;
+    total += x[i].bytes;
+  }
+  if (total != n) return absl::InvalidArgumentError("pieces do not add up to the record");
+  const size_t blocks = (n + kPlaneBlockBytes - 1) / kPlaneBlockBytes;
+  out->reserve(out->size() + blocks * PlaneBlockBound(kPlaneBlockBytes, elem));
+  const size_t threads = pool == nullptr ? 1 : static_cast<size_t>(pool->threads());
+  if (threads == 1 || blocks == 1) {
+    for (size_t b = 0; b < blocks; ++b) {
+      CKPT_RETURN_IF_ERROR(EncodeBlock(x, starts, r, n, elem, level, b, out));
+    }
+    return absl::OkStatus();
+  }
+  const size_t wave = 4 * threads;
+  thread_local std::vector<std::vector<char>> thread_slots;
+  std::vector<std::vector<char>>& slots = thread_slots;  // this thread's, for the workers
+  if (slots.size() < wave) slots.resize(wave);
+  std::vector<absl::Status> status(wave);
+  for (size_t first = 0; first < blocks; first += wave) {
+    const size_t m = std::min(wave, blocks - first);
+    pool->ParallelFor(m, [&](size_t j) {
+      slots[j].clear();
+      status[j] = EncodeBlock(x, starts, r, n, elem, level, first + j, &slots[j]);
+    });
+    for (size_t j = 0; j < m; ++j) {
+      CKPT_RETURN_IF_ERROR(status[j]);
+      out->insert(out->end(), slots[j].begin(), slots[j].end());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Applies an "xor" payload, streaming it through a chunk.
+absl::Status ApplyXor(const char* payload, size_t payload_bytes, char* dst, size_t n) {
+  const unsigned long long content = ZSTD_getFrameContentSize(payload, payload_bytes);
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN) {
+    return absl::DataLossError("xor delta: bad zstd frame header");
+  }
+  if (content != 1 + uint64_t{n}) return absl::DataLossError("xor delta: wrong size");
+  ZSTD_DCtx* dctx = ThreadDCtx();
+  ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+  ZSTD_inBuffer in{payload, payload_bytes, 0};
+  char* chunk = ThreadChunk();
+  uint64_t produced = 0;  // content bytes so far (the tag included)
+  while (true) {
+    ZSTD_outBuffer o{chunk, kChunkBytes, 0};
+    const size_t left = ZSTD_decompressStream(dctx, &o, &in);
+    if (ZSTD_isError(left) || produced + o.pos > 1 + uint64_t{n}) {
+      return absl::DataLossError("xor delta: corrupt zstd data");
+    }
+    const char* data = chunk;
+    size_t bytes = o.pos;
+    if (produced == 0 && bytes > 0) {
+      if (static_cast<uint8_t>(data[0]) != kXorTag) return absl::DataLossError("xor delta: bad tag");
+      ++data, --bytes, ++produced;
+    }
+    const size_t at = produced - 1;
+    for (size_t i = 0; i < bytes; ++i) dst[at + i] ^= data[i];
+    produced += bytes;
+    if (left == 0) break;  // the frame is complete
+    if (in.pos == in.size && o.pos < o.size) return absl::DataLossError("xor delta: truncated");
+  }
+  if (produced != 1 + uint64_t{n} || in.pos != in.size) {
+    return absl::DataLossError("xor delta: wrong size");
+  }
+  return absl::OkStatus();
+}
+
+// Applies a "sparse" or "topk" payload: decompressed into a per-thread
+// buffer, checked whole, then written.
+absl::Status ApplySparse(RecordEncoding encoding, const char* payload, size_t payload_bytes,
+                         char* dst, size_t n, size_t elem) {
+  const uint64_t numel = elem == 0 ? 0 : n / elem;
+  const unsigned long long content = ZSTD_getFrameContentSize(payload, payload_bytes);
+  const uint64_t limit = 1 + 10 + numel * (10 + elem);
+  const std::string kind(RecordEncodingName(encoding));
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > limit) {
+    return absl::DataLossError(absl::StrCat(kind, " delta: bad zstd frame header"));
+  }
+  if (content == 0) return absl::DataLossError(absl::StrCat(kind, " delta: empty payload"));
+  char* raw = ThreadBuffer(content);
+  const size_t size = content;
+  const size_t got = ZSTD_decompressDCtx(ThreadDCtx(), raw, size, payload, payload_bytes);
+  if (ZSTD_isError(got) || got != size) {
+    return absl::DataLossError(absl::StrCat(kind, " delta: corrupt zstd data"));
+  }
+  if (static_cast<uint8_t>(raw[0]) != kSparseTag) {
+    return absl::DataLossError(absl::StrCat(kind, " delta: bad tag"));
+  }
+  size_t pos = 1;
+  auto varint = [&](uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos >= size) return false;
+      const auto b = static_cast<uint8_t>(raw[pos++]);
+      *v |= uint64_t{b & 0x7Fu} << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  };
+  uint64_t count;
+  if (!varint(&count) || count > numel) return absl::DataLossError("sparse delta: bad count");
+  // Pass 1 checks every index; pass 2 (over the same varints) writes.
+  const size_t indices_at = pos;
+  uint64_t next = 0;
+  for (uint64_t j = 0; j < count; ++j) {
+    uint64_t gap;
+    if (!varint(&gap) || gap >= numel - next || next + gap >= numel) {
+      return absl::DataLossError("sparse delta: index out of range");
+    }
+    next += gap + 1;
+  }
+  if (size - pos != count * elem) return absl::DataLossError("sparse delta: wrong value bytes");
+  const char* values = raw + pos;
+  pos = indices_at;
+  next = 0;
+  for (uint64_t j = 0; j < count; ++j) {
+    uint64_t gap;
+    varint(&gap);
+    std::memcpy(dst + (next + gap) * elem, values + j * elem, elem);
+    next += gap + 1;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DeltaRecord> EncodeExactDelta(std::span<const Piece> x, char* r, size_t n,
+                                             DType dtype, int zstd_level, WorkerPool* pool) {
+  const size_t elem = DTypeSize(dtype);
+  const uint64_t numel = elem == 0 ? 0 : n / elem;
+  DeltaRecord record;
+  record.changed = CountChanged(x, r, elem);
+  const bool planes = elem == 2 || elem == 4 || elem == 8;
+  const bool try_sparse = record.changed * kDenseChangedDenominator <= numel;
+  const bool try_dense = record.changed * kSparseChangedDenominator > numel;
+  if (try_sparse) {
+    CKPT_ASSIGN_OR_RETURN(record.bytes, EncodeSparse(x, r, elem, record.changed, zstd_level));
+    record.encoding = RecordEncoding::kSparse;
+  }
+  if (try_dense && (!planes || try_sparse)) {
+    // Plain xor: the dense candidate of 1-byte dtypes and, in the middle,
+    // also of wider ones (partly changed tensors: zstd then codes each
+    // changed position once, where planes code it once per plane).
+    CKPT_ASSIGN_OR_RETURN(std::vector<char> dense, EncodeXor(x, r, n, zstd_level));
+    if (!try_sparse || dense.size() < record.bytes.size()) {
+      record.bytes = std::move(dense);
+      record.encoding = RecordEncoding::kXor;
+    }
+  }
+  if (try_dense && planes) {
+    std::vector<char> dense;
+    CKPT_RETURN_IF_ERROR(EncodeBlocks(x, r, n, elem, zstd_level, pool, &dense));  // r = X
+    if (!try_sparse || dense.size() < record.bytes.size()) {
+      record.bytes = std::move(dense);
+      record.encoding = RecordEncoding::kXorPlanes;
+    }
+    return record;
+  }
+  CopyPieces(x, r);  // R becomes X
   return record;
+}
+
+absl::StatusOr<std::vector<char>> EncodeXorDelta(std::span<const Piece> x, const char* r, size_t n,
+                                                 int zstd_level) {
+  return EncodeXor(x, r, n, zstd_level);
+}
+
+absl::StatusOr<std::vector<char>> EncodePlanesRecord(std::span<const Piece> x, size_t n,
+                                                     DType dtype, int zstd_level,
+                                                     WorkerPool* pool) {
+  std::vector<char> out;
+  CKPT_RETURN_IF_ERROR(EncodeBlocks(x, nullptr, n, DTypeSize(dtype), zstd_level, pool, &out));
+  return out;
+}
+
+absl::Status DecodePlanesRecord(const char* payload, size_t payload_bytes, char* dst, size_t n,
+                                DType dtype, WorkerPool* pool) {
+  return DecodePlaneBlocks(payload, payload_bytes, DTypeSize(dtype), dst, n, /*xor_into=*/false,
+                           pool);
 }
 
 absl::StatusOr<DeltaRecord> EncodeTopKDelta(std::span<const Piece> x, char* r, size_t n,
@@ -232,58 +548,20 @@ absl::StatusOr<DeltaRecord> EncodeTopKDelta(std::span<const Piece> x, char* r, s
 }
 
 absl::Status ApplyDelta(RecordEncoding encoding, const char* payload, size_t payload_bytes,
-                        char* dst, size_t n, DType dtype) {
+                        char* dst, size_t n, DType dtype, WorkerPool* pool) {
   const size_t elem = DTypeSize(dtype);
-  const uint64_t numel = elem == 0 ? 0 : n / elem;
-  const unsigned long long content = ZSTD_getFrameContentSize(payload, payload_bytes);
-  const uint64_t limit = 1 + 10 + numel * (10 + elem) + n;
-  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > limit) {
-    return absl::DataLossError(absl::StrCat(RecordEncodingName(encoding), " delta: bad zstd frame header"));
+  switch (encoding) {
+    case RecordEncoding::kXorPlanes:
+      return DecodePlaneBlocks(payload, payload_bytes, elem, dst, n, /*xor_into=*/true, pool);
+    case RecordEncoding::kXor:
+      return ApplyXor(payload, payload_bytes, dst, n);
+    case RecordEncoding::kSparse:
+    case RecordEncoding::kTopK:
+      return ApplySparse(encoding, payload, payload_bytes, dst, n, elem);
+    default:
+      return absl::DataLossError(
+          absl::StrCat(RecordEncodingName(encoding), " is not a delta encoding"));
   }
-  std::vector<char> raw(content);
-  const size_t got = ZSTD_decompress(raw.data(), raw.size(), payload, payload_bytes);
-  if (ZSTD_isError(got) || got != content) {
-    return absl::DataLossError(absl::StrCat(RecordEncodingName(encoding), " delta: corrupt zstd data"));
-  }
-  if (raw.empty()) return absl::DataLossError(absl::StrCat(RecordEncodingName(encoding), " delta: empty payload"));
-  if (encoding == RecordEncoding::kXor) {
-    if (static_cast<uint8_t>(raw[0]) != kXorTag || raw.size() != 1 + n) {
-      return absl::DataLossError("xor delta: wrong size");
-    }
-    for (size_t i = 0; i < n; ++i) dst[i] ^= raw[1 + i];
-    return absl::OkStatus();
-  }
-  if (static_cast<uint8_t>(raw[0]) != kSparseTag) {
-    return absl::DataLossError(absl::StrCat(RecordEncodingName(encoding), " delta: bad tag"));
-  }
-  size_t pos = 1;
-  auto varint = [&](uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (pos >= raw.size()) return false;
-      const auto b = static_cast<uint8_t>(raw[pos++]);
-      *v |= uint64_t{b & 0x7Fu} << shift;
-      if ((b & 0x80) == 0) return true;
-    }
-    return false;
-  };
-  uint64_t count;
-  if (!varint(&count) || count > numel) return absl::DataLossError("sparse delta: bad count");
-  std::vector<uint64_t> indices(count);
-  uint64_t next = 0;
-  for (uint64_t j = 0; j < count; ++j) {
-    uint64_t gap;
-    if (!varint(&gap) || gap >= numel - next + 0 || next + gap >= numel) {
-      return absl::DataLossError("sparse delta: index out of range");
-    }
-    indices[j] = next + gap;
-    next = indices[j] + 1;
-  }
-  if (raw.size() - pos != count * elem) return absl::DataLossError("sparse delta: wrong value bytes");
-  for (uint64_t j = 0; j < count; ++j) {
-    std::memcpy(dst + indices[j] * elem, raw.data() + pos + j * elem, elem);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace ckpt::internal

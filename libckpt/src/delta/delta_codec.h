@@ -1,13 +1,20 @@
 // Encoding one tensor as a delta against its reference value R (what a
-// restore of the previous checkpoint yields), and applying such a delta.
+// restore of the previous checkpoint yields), and applying such a delta;
+// and the "planes" encoding of a full record, which shares the block coder.
 //
-// Encodings (payloads are zstd-compressed):
-//   "sparse"  lossless: the elements whose bits changed — element count,
-//             gap-coded indices (LEB128 varints), then the new values.
-//   "xor"     lossless: X xor R, byte for byte (wins when most elements
-//             changed but few bits did).
-//   "topk"    lossy: the layout of "sparse", holding only the k largest
-//             |X - R| (non-finite changes always kept).
+// Encodings:
+//   "sparse"      lossless: the elements whose bits changed — element count,
+//                 gap-coded indices (LEB128 varints), then the new values;
+//                 one zstd frame.
+//   "xor"         lossless: a tag byte then X xor R, byte for byte, as one
+//                 zstd frame declaring its content size.
+//   "xor_planes"  lossless: X xor R as byte-plane blocks (plane_codec.h):
+//                 the stable sign/exponent bytes of a dense change apart
+//                 from its noisy low mantissa bytes, each plane zstd'd.
+//   "topk"        lossy: the layout of "sparse", holding only the k largest
+//                 |X - R| (non-finite changes always kept).
+//   "planes"      a full record (not a delta): the tensor's bytes as
+//                 byte-plane blocks.
 // Encoders update R in place to exactly what a restore will produce, so the
 // error after any delta is bounded by that one delta's dropped changes and
 // never accumulates along a chain.
@@ -23,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "ckpt/dtype.h"
 #include "ckpt/kinds.h"
+#include "util/worker_pool.h"
 
 namespace ckpt::internal {
 
@@ -33,16 +41,46 @@ struct Piece {
 };
 
 struct DeltaRecord {
-  RecordEncoding encoding = RecordEncoding::kXor;  // kSparse, kXor or kTopK
+  RecordEncoding encoding = RecordEncoding::kXor;  // kSparse, kXor, kXorPlanes or kTopK
   std::vector<char> bytes;  // the stored (compressed) payload
   uint64_t changed = 0;     // elements stored (sparse/topk) or changed (xor)
   double error_bound = 0;   // max |restored - X| (0 unless topk dropped some)
 };
 
 // Lossless delta of X (`x`, `n` bytes in total) against `r` (`n` bytes);
-// afterwards r == X. Picks sparse or xor by the fraction of changed elements.
+// afterwards r == X. The encoding is picked by actual encoded size, trying
+// only the candidates that can win. With c of the N elements changed:
+//   c <= N/32        sparse (a change costs its value and an index);
+//   c >  N/3         dense: xor_planes for 2-, 4- and 8-byte dtypes, xor for
+//                    1-byte ones (one plane: planes would only add framing);
+//   in between       sparse, xor and (2/4/8-byte dtypes) xor_planes are all
+//                    encoded and the smallest kept: a partly changed tensor
+//                    is often smallest as plain xor, which codes each changed
+//                    position once where planes code it once per plane.
+// The caller still stores the record raw when the delta is not smaller than
+// the tensor. xor_planes blocks (kPlaneBlockBytes each) are encoded in
+// parallel on `pool` when given (REQUIRES: not called from `pool`'s work).
+// Scratch is per thread and reused; the result's bytes are the only
+// allocation that grows with the tensor.
 absl::StatusOr<DeltaRecord> EncodeExactDelta(std::span<const Piece> x, char* r, size_t n,
-                                             DType dtype, int zstd_level);
+                                             DType dtype, int zstd_level,
+                                             WorkerPool* pool = nullptr);
+
+// A plain "xor" payload of X against r (r unchanged), whatever the dtype:
+// for comparisons (bench/delta_bench.cc, tests); EncodeExactDelta chooses.
+absl::StatusOr<std::vector<char>> EncodeXorDelta(std::span<const Piece> x, const char* r, size_t n,
+                                                 int zstd_level);
+
+// A full record as "planes": the blocks of X's bytes (kPlaneBlockBytes each,
+// the last shorter), encoded on `pool` when given. The engine may instead
+// call AppendPlaneBlock per staged chunk itself; the payloads are the same.
+absl::StatusOr<std::vector<char>> EncodePlanesRecord(std::span<const Piece> x, size_t n,
+                                                     DType dtype, int zstd_level,
+                                                     WorkerPool* pool = nullptr);
+
+// Decodes a "planes" record into dst[0, n). kDataLoss on a malformed payload.
+absl::Status DecodePlanesRecord(const char* payload, size_t payload_bytes, char* dst, size_t n,
+                                DType dtype, WorkerPool* pool = nullptr);
 
 // Top-k delta: keeps the ceil(ratio * numel) largest |X - R| (all changes
 // when there are no more than that). Afterwards r holds R with the kept
@@ -50,10 +88,17 @@ absl::StatusOr<DeltaRecord> EncodeExactDelta(std::span<const Piece> x, char* r, 
 absl::StatusOr<DeltaRecord> EncodeTopKDelta(std::span<const Piece> x, char* r, size_t n,
                                             DType dtype, double ratio, int zstd_level);
 
-// Applies a stored delta to `dst` (`n` bytes, holding R). kDataLoss on any
-// malformed payload (bounds checked before writing).
+// Applies a stored delta (sparse, xor, xor_planes or topk) to `dst` (`n`
+// bytes, holding R). kDataLoss on any malformed payload or another
+// encoding; nothing is ever written outside dst[0, n). A sparse/topk
+// payload and the block structure of xor_planes are checked whole before
+// anything is written; an xor stream, or corrupt zstd data inside an
+// xor_planes block, may be found only after part of dst was updated (the
+// record's checksum fails anyway). Decompresses through per-thread scratch
+// (no allocation per call that grows with n). xor_planes blocks are decoded
+// in parallel on `pool` when given.
 absl::Status ApplyDelta(RecordEncoding encoding, const char* payload, size_t payload_bytes,
-                        char* dst, size_t n, DType dtype);
+                        char* dst, size_t n, DType dtype, WorkerPool* pool = nullptr);
 
 }  // namespace ckpt::internal
 
