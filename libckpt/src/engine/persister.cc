@@ -254,7 +254,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
         created.ok() ? absl::InternalError("no encoder") : created.status();
     if (created.ok() && plan.delta) {
       encoder = NewDeltaShardEncoder(job, ctx_.delta, ctx_.compression.level, reference_.get(),
-                                     std::move(*created));
+                                     CodecPool(), std::move(*created));
     } else if (created.ok() && codec == CompressionCodec::kZstd) {
       encoder = NewZstdShardEncoder(job, ctx_.compression.level, std::move(*created));
     } else if (created.ok()) {

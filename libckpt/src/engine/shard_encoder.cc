@@ -215,11 +215,12 @@ class PlanesShardEncoder final : public ShardEncoder {
 class DeltaShardEncoder final : public ShardEncoder {
  public:
   DeltaShardEncoder(const SaveJob& job, const DeltaOptions& options, int level,
-                    ReferenceState* reference, std::unique_ptr<ShardOutputs> outputs)
+                    ReferenceState* reference, WorkerPool* pool, std::unique_ptr<ShardOutputs> outputs)
       : ShardEncoder(job, std::move(outputs)),
         options_(options),
         level_(level),
-        reference_(reference) {}
+        reference_(reference),
+        pool_(pool) {}
 
   absl::Status ConsumeChunk(const StagedChunk& chunk, const char* data,
                             std::vector<size_t>* release) override {
@@ -272,7 +273,7 @@ class DeltaShardEncoder final : public ShardEncoder {
       const int level = level_;
       auto delta = options_.mode == DeltaOptions::Mode::kTopK
                        ? EncodeTopKDelta(pieces_, against, t.nbytes, t.dtype, options_.topk_ratio, level)
-                       : EncodeExactDelta(pieces_, against, t.nbytes, t.dtype, level);
+                       : EncodeExactDelta(pieces_, against, t.nbytes, t.dtype, level, pool_);
       if (!delta.ok()) return delta.status();
       if (delta->bytes.size() < t.nbytes) {
         layout.encoding = delta->encoding;
@@ -311,6 +312,7 @@ class DeltaShardEncoder final : public ShardEncoder {
   const DeltaOptions options_;
   const int level_;
   ReferenceState* const reference_;
+  WorkerPool* const pool_;
   std::vector<Piece> pieces_;   // of the record in progress
   std::vector<size_t> held_;    // staging chunks not yet releasable, in order
 };
@@ -331,9 +333,9 @@ absl::StatusOr<std::unique_ptr<ShardEncoder>> NewPlanesShardEncoder(
 
 absl::StatusOr<std::unique_ptr<ShardEncoder>> NewDeltaShardEncoder(
     const SaveJob& job, const DeltaOptions& options, int level, ReferenceState* reference,
-    std::unique_ptr<ShardOutputs> outputs) {
+    WorkerPool* pool, std::unique_ptr<ShardOutputs> outputs) {
   return std::unique_ptr<ShardEncoder>(
-      new DeltaShardEncoder(job, options, level, reference, std::move(outputs)));
+      new DeltaShardEncoder(job, options, level, reference, pool, std::move(outputs)));
 }
 
 }  // namespace ckpt::internal

@@ -76,10 +76,11 @@ absl::StatusOr<std::unique_ptr<ShardEncoder>> NewPlanesShardEncoder(
 // payloads zstd level `level`), falling back to the raw bytes where the
 // tensor has no reference or the delta would not be smaller. Holds a
 // record's chunks until it is complete. Updates `reference` to what a
-// restore of this checkpoint will yield.
+// restore of this checkpoint will yield. Large records encode their blocks
+// in parallel on `pool`.
 absl::StatusOr<std::unique_ptr<ShardEncoder>> NewDeltaShardEncoder(
     const SaveJob& job, const DeltaOptions& options, int level, ReferenceState* reference,
-    std::unique_ptr<ShardOutputs> outputs);
+    WorkerPool* pool, std::unique_ptr<ShardOutputs> outputs);
 
 }  // namespace ckpt::internal
 
