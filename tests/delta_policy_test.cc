@@ -177,6 +177,48 @@ TEST(ChainedDeltaTest, NoBoundKeepsTheChainUntilFullEvery) {
   ExpectCheckpointEquals(dir.Join("root"), 7, saved[7].state);
 }
 
+TEST(ChainedDeltaTest, ADamagedLinkIsNamedAndOnlyItsDependantsFail) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  std::vector<OwnedTensor> state = AdamLikeState();
+  std::mt19937_64 rng(8);
+  const auto saved = SaveSteps(root, Options(DeltaOptions::Base::kChained, 100, 0), 6, state, rng);
+  ASSERT_EQ(saved.size(), 6u);
+  // Flip a byte in the middle of step 3's delta of block0.w.
+  ReaderOptions at3;
+  at3.step = 3;
+  auto reader = Reader::Open(root, at3);
+  ASSERT_TRUE(reader.ok());
+  const TensorInfo info = *(*reader)->Find("block0.w");
+  ASSERT_TRUE(IsDeltaEncoding(info.encoding)) << info.encoding;
+  const std::string shard = (*reader)->dir() + "/" + info.shard;
+  reader->reset();
+  {
+    FILE* f = std::fopen(shard.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, static_cast<long>(info.offset + info.stored_bytes / 2), SEEK_SET);
+    const int c = std::fgetc(f);
+    std::fseek(f, static_cast<long>(info.offset + info.stored_bytes / 2), SEEK_SET);
+    std::fputc(c ^ 0x40, f);
+    std::fclose(f);
+  }
+  for (int step : {3, 5}) {
+    ReaderOptions at;
+    at.step = step;
+    auto r = Reader::Open(root, at);
+    ASSERT_TRUE(r.ok());
+    auto all = (*r)->ReadAll();
+    ASSERT_FALSE(all.ok()) << "step " << step;
+    EXPECT_EQ(all.status().code(), absl::StatusCode::kDataLoss);
+    // The damaged link, not the step read, is named.
+    EXPECT_NE(all.status().message().find("step-00000000000000000003"), std::string::npos) << all.status();
+    EXPECT_NE(all.status().message().find("block0.w"), std::string::npos) << all.status();
+    // The other tensors of the chain still read.
+    EXPECT_TRUE((*r)->Read("block1.w").ok());
+  }
+  ExpectCheckpointEquals(root, 2, saved[2].state);
+}
+
 class ResumeDeltaTest : public ::testing::TestWithParam<DeltaOptions::Base> {};
 
 TEST_P(ResumeDeltaTest, TheFirstSaveAfterARestartIsADelta) {

@@ -13,6 +13,7 @@
 #include "ckpt/catalog.h"
 #include "distributed/rank_layout.h"
 #include "io/backend.h"
+#include "read/apply_chain.h"
 #include "read/decode_record.h"
 #include "format/global_tensors.h"
 #include "read/delta_chain.h"
@@ -230,15 +231,24 @@ absl::Status ReaderImpl::ReadRecords(std::span<const RecordRef> names, std::span
       CKPT_RETURN_IF_ERROR(DecodeCompressedRecord(files_, *record.dir, *record.info, record.dst));
     }
   }
-  absl::Status status = ReadRawRecords(files_, chunks_, records);
-  // Then the deltas, link by link, each checked.
-  for (size_t i = 0; i < records.size() && status.ok(); ++i) {
-    const DeltaChain& chain = *names[i].chain;
-    if (bases[i] + 1 < chain.size()) {
-      status = ApplyDeltas(files_, chain, *names[i].name, bases[i], records[i].dst);
+  CKPT_RETURN_IF_ERROR(ReadRawRecords(files_, chunks_, records));
+  // Then the deltas of every record at once (read/apply_chain.h).
+  std::vector<ChainTarget> chained;
+  std::vector<size_t> of;  // the record of each chained target
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (bases[i] + 1 < names[i].chain->size()) {
+      chained.push_back(ChainTarget{names[i].chain, names[i].name, bases[i], records[i].dst});
+      of.push_back(i);
     }
   }
-  return status;
+  if (chained.empty()) return absl::OkStatus();
+  return ApplyChains(files_, chained, [&](size_t c) -> absl::Status {
+    const RecordTarget& record = records[of[c]];
+    if (IsCompressedEncoding(record.info->encoding)) {
+      return DecodeCompressedRecord(files_, *record.dir, *record.info, record.dst);
+    }
+    return ReadRawRecords(files_, chunks_, {&record, 1});
+  });
 }
 
 RegionRead ReaderImpl::RegionOf(size_t index, Box region, char* dst) const {

@@ -467,7 +467,8 @@ absl::Status AppendPlaneBlock(const char* data, size_t n, size_t elem_bytes, int
       mode = kModeVerbatim;
       len = count;
       if (count > 1 && !SampleIsIncompressible(cctx, plane, count, w)) {
-        const size_t z = ZSTD_compress2(cctx, w, count - 1, plane, count);
+        // (A plane must shrink by a sixteenth to be worth decoding with zstd.)
+        const size_t z = ZSTD_compress2(cctx, w, count - count / 16 - 1, plane, count);
         if (!ZSTD_isError(z)) {
           mode = kModeZstd;
           len = z;

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "ckpt/file_system.h"
 #include "ckpt/options.h"
+#include "ckpt/tensor.h"
 #include "io/backend.h"
 #include "util/worker_pool.h"
 
@@ -31,6 +32,17 @@ class ShardFiles {
   void CountRead(uint64_t bytes) { bytes_read_ += bytes; }
   uint64_t bytes_read() const { return bytes_read_; }
   const IoOptions& io() const { return io_; }
+  // `bytes` of reusable memory (grown, never shrunk; pre-faulted once), for
+  // reads of stored records that are decoded from it.
+  absl::StatusOr<char*> ScratchBytes(uint64_t bytes) {
+    if (scratch_.size() < bytes) {
+      scratch_ = AlignedBytes();
+      auto allocated = AlignedBytes::Allocate(bytes, /*prefault=*/true);
+      if (!allocated.ok()) return allocated.status();
+      scratch_ = std::move(*allocated);
+    }
+    return static_cast<char*>(scratch_.data());
+  }
   // Threads that decode compressed records and deltas (created on first use).
   WorkerPool* codec_pool() {
     if (codec_pool_ == nullptr) {
@@ -46,6 +58,7 @@ class ShardFiles {
   std::map<std::string, std::unique_ptr<File>> files_;  // by path; closed before the queue
   uint64_t bytes_read_ = 0;
   std::unique_ptr<WorkerPool> codec_pool_;
+  AlignedBytes scratch_;
 };
 
 }  // namespace ckpt::internal
