@@ -191,6 +191,19 @@ TEST(DeltaCodecTest, SelectionKeepsTheSmallest) {
   }
 }
 
+TEST(DeltaCodecTest, ManyBlocksOnAPoolInSeveralWaves) {
+  // 2 threads encode in waves of 8 blocks: 17 blocks take three waves, in
+  // pieces that straddle block boundaries.
+  WorkerPool pool(2, "ckpt-test", 0);
+  const AdamState a = MakeAdam(17 * kPlaneBlockBytes / 4 - 5, 10);
+  const AdamState b = Step(a, 11);
+  const std::vector<char> x = Bytes(b.w), r = Bytes(a.w);
+  const DeltaRecord on_pool = RoundTrip(x, r, DType::kFloat32, &pool, 300001);
+  const DeltaRecord alone = RoundTrip(x, r, DType::kFloat32, nullptr, 300001);
+  EXPECT_EQ(on_pool.encoding, RecordEncoding::kXorPlanes);
+  EXPECT_TRUE(on_pool.bytes == alone.bytes);  // the same payload, whoever encodes it
+}
+
 TEST(DeltaCodecTest, UnchangedTensorIsTiny) {
   const std::vector<char> r = RandomBytes(400000, 3);
   const DeltaRecord record = RoundTrip(r, r, DType::kFloat32);

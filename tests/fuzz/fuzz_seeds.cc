@@ -172,13 +172,25 @@ int main(int argc, char** argv) {
         auto rec = topk ? EncodeTopKDelta({&piece, 1}, ref.data(), n, dtype, 0.1, 1)
                         : EncodeExactDelta({&piece, 1}, ref.data(), n, dtype, 1);
         if (!rec.ok()) continue;
-        int enc = 0;
-        while (rec->encoding != encodings[enc]) ++enc;
+        // xor_planes is fuzz_delta's first byte 0x80 (see fuzz_delta.cc).
+        int enc = 0x80;
+        for (int e = 0; e < 3; ++e) {
+          if (rec->encoding == encodings[e]) enc = e;
+        }
         std::string bytes = {static_cast<char>(enc), static_cast<char>(dtype),
                              static_cast<char>(elements >> 8), static_cast<char>(elements & 0xff)};
         bytes.append(rec->bytes.data(), rec->bytes.size());
         Write(dir / "fuzz_delta" / ("delta" + std::to_string(i++)), bytes);
       }
+    }
+    // A full "planes" record of the base (first byte 0xC0).
+    Piece base{r.data(), n};
+    auto planes = EncodePlanesRecord({&base, 1}, n, dtype, 1);
+    if (planes.ok()) {
+      std::string bytes = {static_cast<char>(0xC0), static_cast<char>(dtype),
+                           static_cast<char>(elements >> 8), static_cast<char>(elements & 0xff)};
+      bytes.append(planes->data(), planes->size());
+      Write(dir / "fuzz_delta" / ("planes" + std::to_string(i++)), bytes);
     }
   }
 

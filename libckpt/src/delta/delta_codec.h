@@ -61,10 +61,17 @@ struct DeltaRecord {
 // the tensor. xor_planes blocks (kPlaneBlockBytes each) are encoded in
 // parallel on `pool` when given (REQUIRES: not called from `pool`'s work).
 // Scratch is per thread and reused; the result's bytes are the only
-// allocation that grows with the tensor.
+// allocation that grows with the tensor (see RecycleDeltaBytes).
 absl::StatusOr<DeltaRecord> EncodeExactDelta(std::span<const Piece> x, char* r, size_t n,
                                              DType dtype, int zstd_level,
                                              WorkerPool* pool = nullptr);
+
+// Hands a record's bytes back once stored: this thread's next encode
+// (EncodeExactDelta, EncodeXorDelta, EncodePlanesRecord) writes its output
+// into them instead of into fresh memory (first touch costs ~5 s/GB on
+// this VM, more than encoding). One buffer is kept per thread, the largest
+// handed back; losing candidates are recycled by the encoder itself.
+void RecycleDeltaBytes(std::vector<char>&& bytes);
 
 // A plain "xor" payload of X against r (r unchanged), whatever the dtype:
 // for comparisons (bench/delta_bench.cc, tests); EncodeExactDelta chooses.

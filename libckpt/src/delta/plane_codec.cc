@@ -1,3 +1,8 @@
+// Over ~400 lines on purpose: the block format, its encoder and its
+// hostile-input decoder share the private format constants and the
+// per-element-size split/merge kernels; apart, the format's internals would
+// need a header of their own for no other user.
+//
 // Block format (docs/format.md, "planes"). A payload is a sequence of blocks;
 // block b holds the next `count` elements of the record (E = element size in
 // bytes, 1, 2, 4 or 8). Integers are little-endian.
