@@ -280,7 +280,9 @@ class DeltaShardEncoder final : public ShardEncoder {
         layout.stored_bytes = delta->bytes.size();
         layout.error_bound = delta->error_bound;
         if (delta->encoding == RecordEncoding::kTopK) restored_hashes_[rec.tensor] = Xxh3(against, t.nbytes);
-        return outputs_->Append(shard, delta->bytes.data(), delta->bytes.size());
+        absl::Status appended = outputs_->Append(shard, delta->bytes.data(), delta->bytes.size());
+        RecycleDeltaBytes(std::move(delta->bytes));  // the next record encodes into faulted pages
+        return appended;
       }
       // Not smaller: store it whole (a chained reference becomes X exactly;
       // a differential one stays the full save's, which the next delta of
