@@ -1,6 +1,6 @@
-// The adaptive compression rule: compress while encoding outruns the disk,
-// store raw when it does not, sample to follow changes, and refuse tensors
-// whose blocks do not shrink.
+// The adaptive compression rule: measure compressed and raw saves, keep the
+// faster (compression within a few percent), resample the other, and refuse
+// tensors whose blocks do not shrink.
 #include "engine/adaptive_compression.h"
 
 #include "gtest/gtest.h"
@@ -8,44 +8,41 @@
 namespace ckpt::internal {
 namespace {
 
-TEST(AdaptiveCompressionTest, CompressesUntilBothRatesAreMeasured) {
+constexpr uint64_t kGB = 1000000000;
+
+TEST(AdaptiveCompressionTest, MeasuresCompressedThenRaw) {
   AdaptiveCompression rule(true);
-  rule.BeginSave(1);
-  EXPECT_TRUE(rule.CompressGroup());
-  rule.Encoded(100 << 20, 1.0);  // 100 MiB/s, no write measured yet
-  EXPECT_TRUE(rule.CompressGroup());
+  EXPECT_TRUE(rule.CompressSave());
+  rule.Saved(true, kGB, 2.0);
+  EXPECT_FALSE(rule.CompressSave());
+  rule.Saved(false, kGB, 1.0);
 }
 
 TEST(AdaptiveCompressionTest, StoresRawWhenTheDiskIsFasterThanTheCodec) {
   AdaptiveCompression rule(true);
-  rule.BeginSave(1);
-  rule.Encoded(500 << 20, 1.0);   // 500 MiB/s encoding
-  rule.Written(1000 << 20, 1.0);  // 1000 MiB/s disk
+  rule.Saved(true, kGB, 2.0);   // compressed: 0.5 GB/s
+  rule.Saved(false, kGB, 1.0);  // raw: 1 GB/s
   int compressed = 0;
-  for (int g = 0; g < 64; ++g) compressed += rule.CompressGroup();
-  // Only the samples.
-  EXPECT_EQ(compressed, 64 / AdaptiveCompression::kSampleEvery);
+  for (int s = 0; s < 64; ++s) compressed += rule.CompressSave();
+  EXPECT_EQ(compressed, 64 / AdaptiveCompression::kResampleEvery);  // only the resamples
 }
 
-TEST(AdaptiveCompressionTest, CompressesWhenTheDiskIsSlower) {
+TEST(AdaptiveCompressionTest, CompressesWhenItIsAsFastOrFaster) {
   AdaptiveCompression rule(true);
-  rule.BeginSave(1);
-  rule.Encoded(500 << 20, 1.0);
-  rule.Written(100 << 20, 1.0);
-  for (int g = 0; g < 16; ++g) EXPECT_TRUE(rule.CompressGroup());
+  rule.Saved(true, kGB, 1.0);
+  rule.Saved(false, kGB, 0.98);  // compression within the slack
+  int raw = 0;
+  for (int s = 0; s < 64; ++s) raw += !rule.CompressSave();
+  EXPECT_EQ(raw, 64 / AdaptiveCompression::kResampleEvery);
 }
 
-TEST(AdaptiveCompressionTest, EstimatesCarryOverAndFollowChanges) {
+TEST(AdaptiveCompressionTest, FollowsAChangingDisk) {
   AdaptiveCompression rule(true);
-  rule.BeginSave(1);
-  rule.Encoded(500 << 20, 1.0);
-  rule.Written(100 << 20, 1.0);
-  rule.EndSave();
-  rule.BeginSave(1);
-  EXPECT_TRUE(rule.CompressGroup());  // the slow disk of the last save
-  // The codec slows down (a busy CPU): samples bring the estimate below the disk.
-  for (int i = 0; i < 20; ++i) rule.Encoded(10 << 20, 1.0);
-  EXPECT_FALSE(rule.CompressGroup());
+  rule.Saved(true, kGB, 1.0);
+  rule.Saved(false, kGB, 0.5);  // a fast disk
+  EXPECT_FALSE(rule.CompressSave());
+  for (int i = 0; i < 10; ++i) rule.Saved(false, kGB, 4.0);  // it became slow (a network FS)
+  EXPECT_TRUE(rule.CompressSave());
 }
 
 TEST(AdaptiveCompressionTest, RefusesATensorWhoseBlocksDoNotShrink) {
@@ -62,11 +59,11 @@ TEST(AdaptiveCompressionTest, RefusesATensorWhoseBlocksDoNotShrink) {
 
 TEST(AdaptiveCompressionTest, DisabledCompressesEverything) {
   AdaptiveCompression rule(false);
+  rule.Saved(true, kGB, 10.0);
+  rule.Saved(false, kGB, 1.0);
   rule.BeginSave(1);
-  rule.Encoded(1 << 20, 1.0);
-  rule.Written(1000 << 20, 1.0);
   rule.Block(0, 1000, 1000);
-  EXPECT_TRUE(rule.CompressGroup());
+  for (int s = 0; s < 40; ++s) EXPECT_TRUE(rule.CompressSave());
   EXPECT_TRUE(rule.TensorWorthwhile(0));
 }
 

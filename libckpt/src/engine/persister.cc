@@ -201,33 +201,15 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     }
     if (!tags.empty()) job.Touch();
   };
-  // How long writes were in flight, for the adaptive compression rule: the
-  // disk's throughput is the bytes written over that time.
-  std::optional<Clock::time_point> busy_since;
-  double busy_s = 0;
-  uint64_t bytes_started = 0;
-  auto writes_started = [&] {
-    if (!busy_since.has_value()) busy_since = Clock::now();
-  };
-  auto writes_idle = [&] {
-    if (busy_since.has_value() && io.transfers_in_flight() == 0) {
-      busy_s += SecondsSince(*busy_since);
-      busy_since.reset();
-      adaptive_.Written(bytes_started, busy_s);
-    }
-  };
   auto poll = [&](bool block) {
     if (block) job.stage = SaveStage::kWriting;
     written.clear();
     absl::Status polled = io.Poll(block, &written);
     release(written);
     if (!polled.ok()) fail(polled);
-    writes_idle();
   };
   ShardOutputs::EmitFn emit = [&](size_t shard, uint64_t offset, size_t buffer, size_t bytes) {
     job.Touch();  // a write handed to the kernel is progress
-    writes_started();
-    bytes_started += bytes;
     return io.Start(IoOp::Kind::kWrite, files[shard].get(), offset, outputs->buffer(buffer), bytes,
                     kOutputTag | buffer);
   };
@@ -237,7 +219,7 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     if (!status.ok()) return status;
     return true;
   };
-  const CompressionCodec codec = ctx_.compression.codec;
+  const CompressionCodec codec = plan.compress ? ctx_.compression.codec : CompressionCodec::kNone;
   if (status.ok() && !plan.delta && codec == CompressionCodec::kNone) {
     // Raw shards have their final size now: reserving it gives each file
     // contiguous extents and the writes no size updates (about 10 % off a
@@ -310,14 +292,10 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
         continue;
       } else if (status.ok()) {
         job.Touch();  // a write handed to the kernel is progress
-        writes_started();
         absl::Status s = io.Start(IoOp::Kind::kWrite, files[c.shard].get(), c.file_offset,
                                   const_cast<char*>(data), c.bytes, c.chunk,
                                   ctx_.pool->buf_index(c.chunk));
-        if (s.ok()) {
-          bytes_started += c.bytes;
-          continue;
-        }
+        if (s.ok()) continue;
         fail(s);
       }
       ctx_.pool->Release(c.chunk);  // dropped by a failed save
@@ -355,8 +333,6 @@ absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<Fi
     encoder->TakeHeld(&releasable);
     for (size_t r : releasable) ctx_.pool->Release(r);
   }
-  writes_idle();
-  adaptive_.EndSave();
   if (status.ok()) status = job.staging_status();
   if (status.ok()) status = hasher.Finish();
   if (status.ok()) KillPoint("save.written");
@@ -479,6 +455,10 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   std::vector<std::unique_ptr<File>> files;
   Plan plan;
   plan.delta = ShouldWriteDelta(job);
+  // Full saves are compressed unless the adaptive rule finds raw faster.
+  plan.compress = ctx_.compression.codec != CompressionCodec::kNone &&
+                  (plan.delta || ctx_.compression.codec != CompressionCodec::kPlanes ||
+                   adaptive_.CompressSave());
   plan.hashes.assign(job.tensors.size(), 0);
   // A chunk of a global tensor larger than a block gets a hash per block,
   // so that a reader resharding it can check just the blocks it reads.
@@ -528,6 +508,9 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   stats.persist_s = SecondsSince(plan.writing_since.value_or(persist_start));
   stats.seconds = SecondsSince(job.start_time);
   stats.persist_gbps = stats.persist_s > 0 ? stats.file_bytes / stats.persist_s / 1e9 : 0;
+  if (status.ok() && !plan.delta && ctx_.compression.codec == CompressionCodec::kPlanes) {
+    adaptive_.Saved(plan.compress, stats.tensor_bytes, stats.persist_s);
+  }
   stats.backend = ctx_.backend;
   if (ctx_.committer != nullptr) {
     stats.rank = ctx_.committer->rank();

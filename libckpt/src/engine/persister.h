@@ -67,6 +67,7 @@ class Persister {
   // its thread, never in the shared `SaveJob`.
   struct Plan {
     bool delta = false;  // encoded against the reference state
+    bool compress = false;  // full records through the codec (else raw)
     std::unique_ptr<ShardEncoder> encoder;  // null: raw chunks written as staged
     std::vector<uint64_t> hashes;  // XXH3-64 per tensor (engine/record_hasher.h)
     // A sharded chunk's block size (0: none) and block hashes, per tensor.

@@ -147,14 +147,13 @@ class PlanesShardEncoder final : public ShardEncoder {
 
   absl::Status EncodeGroup(std::span<const StagedChunk> chunks, std::span<const char* const> data,
                            std::vector<size_t>* release) {
-    const bool compress = adaptive_->CompressGroup();
     parts_.clear();
     for (size_t c = 0; c < chunks.size(); ++c) {
       const PlannedShard& plan = job_.plan[chunks[c].shard];
       (void)ForEachRecordPart(plan, chunks[c].file_offset, chunks[c].file_offset + chunks[c].bytes,
                               [&](size_t r, uint64_t lo, uint64_t hi) -> absl::Status {
                                 const size_t tensor = plan.records[r].tensor;
-                                const bool worth = compress && adaptive_->TensorWorthwhile(tensor);
+                                const bool worth = adaptive_->TensorWorthwhile(tensor);
                                 for (uint64_t b = lo; b < hi; b += kPlaneBlockBytes) {
                                   parts_.push_back(Part{c, r, b, std::min<uint64_t>(hi, b + kPlaneBlockBytes),
                                                         worth, absl::OkStatus()});
@@ -163,7 +162,6 @@ class PlanesShardEncoder final : public ShardEncoder {
                               });
     }
     if (blocks_.size() < parts_.size()) blocks_.resize(parts_.size());
-    const auto start = std::chrono::steady_clock::now();
     pool_->ParallelFor(parts_.size(), [&](size_t i) {
       Part& part = parts_[i];
       const StagedChunk& chunk = chunks[part.chunk];
@@ -175,11 +173,6 @@ class PlanesShardEncoder final : public ShardEncoder {
       part.status = AppendPlaneBlock(data[part.chunk] + (part.lo - chunk.file_offset), part.hi - part.lo,
                                      elem, level_, !part.compress, &blocks_[i]);
     });
-    uint64_t compressed_in = 0;
-    for (const Part& part : parts_) {
-      if (part.compress) compressed_in += part.hi - part.lo;
-    }
-    adaptive_->Encoded(compressed_in, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     // The staged bytes are encoded: every chunk of the group may go back.
     for (const StagedChunk& chunk : chunks) release->push_back(chunk.chunk);
     for (size_t i = 0; i < parts_.size(); ++i) {
