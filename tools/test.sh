@@ -30,7 +30,8 @@ if [[ ${CKPT_SKIP_TSAN:-0} != 1 ]]; then
   # based (util/mutex.h), so reports here are real.
   tsan_dir=${CKPT_TSAN_BUILD_DIR:-build-tsan}
   tsan_tests=(async_engine_test engine_test delta_test device_staging_test stall_timeout_test
-              encoder_buffers_test staging_copy_test distributed_engine_test)
+              encoder_buffers_test staging_copy_test distributed_engine_test worker_pool_test
+              planes_compression_test delta_policy_test)
   # (The two-rank crash sweep repeats what the other cases cover, 100 times.)
   declare -A tsan_filter=([distributed_engine_test]='-*ACrashOfRankZero*')
   cmake -S . -B "$tsan_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_TSAN=ON \
@@ -54,7 +55,8 @@ if [[ ${CKPT_SKIP_ASAN:-0} != 1 ]]; then
   asan_tests=(engine_test async_engine_test delta_test compact_test fault_injection_test
               hostile_checkpoint_test staging_copy_test encoder_buffers_test
               file_system_conformance_test stall_timeout_test distributed_engine_test
-              sharded_tensor_test)
+              sharded_tensor_test plane_codec_test delta_codec_test planes_compression_test
+              delta_policy_test)
   declare -A asan_filter=([distributed_engine_test]='-*ACrashOfRankZero*')
   cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_ASAN=ON \
     -DCKPT_BUILD_BENCH=OFF -DCKPT_BUILD_TOOLS=OFF -DCKPT_BUILD_TORCH=OFF -DCKPT_WITH_CUDA=OFF >/dev/null
