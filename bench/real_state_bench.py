@@ -18,8 +18,27 @@ random token batches and measures, in one process:
   persist_over_fio            durable time of a save (save_async to commit) /
                               an fio write of the same bytes (O_DIRECT,
                               io_uring, end_fsync) in the same directory just before
+  dense_steps                 AdamW steps taken before the deltas are measured
+                              (>= 20: every weight and both moments changed)
   exact_delta_over_full,      bytes on disk of an exact and a top-k (1 %) delta
-  topk_delta_over_full        after one real AdamW step / the full save's
+  topk_delta_over_full        (delta_base default: differential) after real
+                              AdamW steps / the full save's (medians)
+  float_compressed_over_raw_fp32, _bf16
+                              file bytes of a full save with compression=
+                              "floats" (every block compressed) / tensor bytes;
+                              bf16: the same state cast to bf16
+  compressed_durable_over_raw_durable
+                              durable time of full saves with
+                              compression="floats" (adaptive rule on) / raw
+                              saves, interleaved (medians), with
+                              planes_encode_gbps_per_core, planes_load_gbps
+                              and fio_write_gbps / fio_read_gbps beside them
+  newest_of_11_restore_over_full, chain_restore_mbps_over_full
+                              11 saves with delta="exact", full_every=11
+                              (other options default), a real step between:
+                              restore of the newest / of a full checkpoint of
+                              the same state, and stored MB/s of the chain
+                              restore / of the full one
   restore_into_speedup_over_torch_load
                               torch.load of a torch.save of the state (file
                               evicted from the page cache first) /
