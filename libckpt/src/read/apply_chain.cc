@@ -48,9 +48,17 @@ absl::Status ApplyChains(ShardFiles& files, std::span<const ChainTarget> targets
   if (links.empty()) return absl::OkStatus();
   WorkerPool* pool = files.codec_pool();
   std::vector<char> damaged(targets.size(), 0);  // (not vector<bool>: set from several threads)
+  // Batches: links in order, up to the budget each (a target's links stay
+  // in order across batches, which are applied one after another). Two
+  // halves of one buffer alternate: batch b + 1 is read while batch b is
+  // applied.
+  struct Batch {
+    size_t begin, end;
+    uint64_t bytes;
+  };
+  std::vector<Batch> batches;
+  uint64_t largest = 0;
   for (size_t begin = 0; begin < links.size();) {
-    // A batch: links in order, up to the budget (a target's links stay in
-    // order across batches, which run one after another).
     size_t end = begin;
     uint64_t bytes = 0;
     for (; end < links.size(); ++end) {
@@ -63,21 +71,43 @@ absl::Status ApplyChains(ShardFiles& files, std::span<const ChainTarget> targets
       link.at = bytes;
       bytes = AlignUp(bytes + link.length, kDirectIoAlignment);
     }
-    CKPT_ASSIGN_OR_RETURN(char* buffer, files.ScratchBytes(bytes));
-    {
-      IoExecutor io(files.queue(), files.io().chunk_bytes);
-      absl::Status started;
-      for (size_t r = begin; r < end && started.ok(); ++r) {
-        const LinkRead& link = links[r];
-        File* file = *files.Get(targets[link.target].chain->link(link.link).dir, link.info->shard);
-        files.CountRead(link.length);
-        started = io.Start(IoOp::Kind::kRead, file, link.info->offset, buffer + link.at, link.length, r,
-                           -1, link.info->stored_bytes);
-      }
-      absl::Status drained = io.Drain();
-      CKPT_RETURN_IF_ERROR(started);
-      CKPT_RETURN_IF_ERROR(drained);
+    batches.push_back(Batch{begin, end, bytes});
+    largest = std::max(largest, bytes);
+    begin = end;
+  }
+  const uint64_t half = AlignUp(largest, kDirectIoAlignment);
+  CKPT_ASSIGN_OR_RETURN(char* memory, files.ScratchBytes(batches.size() > 1 ? 2 * half : half));
+  auto buffer_of = [&](size_t b) { return memory + (b % 2) * half; };
+  IoExecutor io(files.queue(), files.io().chunk_bytes);
+  std::vector<char> read_done(links.size(), 0);
+  auto start = [&](size_t b) -> absl::Status {
+    for (size_t r = batches[b].begin; r < batches[b].end; ++r) {
+      const LinkRead& link = links[r];
+      File* file = *files.Get(targets[link.target].chain->link(link.link).dir, link.info->shard);
+      files.CountRead(link.length);
+      CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, link.info->offset, buffer_of(b) + link.at,
+                                    link.length, r, -1, link.info->stored_bytes));
     }
+    return absl::OkStatus();
+  };
+  auto wait = [&](size_t b) -> absl::Status {
+    std::vector<uint64_t> finished;
+    for (size_t r = batches[b].begin; r < batches[b].end; ++r) {
+      while (!read_done[r]) {
+        finished.clear();
+        CKPT_RETURN_IF_ERROR(io.Poll(/*block=*/true, &finished));
+        for (uint64_t tag : finished) read_done[tag] = 1;
+      }
+    }
+    return io.status();
+  };
+  absl::Status status = start(0);
+  for (size_t b = 0; b < batches.size() && status.ok(); ++b) {
+    if (b + 1 < batches.size()) status = start(b + 1);
+    if (status.ok()) status = wait(b);
+    if (!status.ok()) break;
+    char* buffer = buffer_of(b);
+    const size_t begin = batches[b].begin, end = batches[b].end;
     // Apply, per target in link order: across targets on the pool when
     // there are many, else one at a time with the pool inside each record.
     std::vector<std::pair<size_t, size_t>> runs;  // [first, last) of links per target
@@ -103,8 +133,10 @@ absl::Status ApplyChains(ShardFiles& files, std::span<const ChainTarget> targets
     } else {
       for (size_t k = 0; k < runs.size(); ++k) apply_run(k, pool);
     }
-    begin = end;
   }
+  absl::Status drained = io.Drain();
+  CKPT_RETURN_IF_ERROR(status);
+  CKPT_RETURN_IF_ERROR(drained);
   // One check per tensor, of what the opened step records.
   std::vector<size_t> order;
   for (size_t i = 0; i < targets.size(); ++i) {
