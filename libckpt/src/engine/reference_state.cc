@@ -69,13 +69,8 @@ uint64_t ReferenceState::PredictedRestoreBytes(bool differential) const {
 }
 
 char* ReferenceState::Scratch(size_t bytes) {
-  if (scratch_.size() < bytes) {
-    scratch_ = AlignedBytes();
-    auto data = AlignedBytes::Allocate(bytes, /*prefault=*/true);
-    if (!data.ok()) return nullptr;
-    scratch_ = std::move(*data);
-  }
-  return static_cast<char*>(scratch_.data());
+  absl::StatusOr<char*> memory = scratch_.Get(bytes);
+  return memory.ok() ? *memory : nullptr;
 }
 
 void ReferenceState::Retain(const std::vector<TensorView>& tensors) {

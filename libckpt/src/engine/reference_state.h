@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "ckpt/options.h"
 #include "ckpt/tensor.h"
+#include "util/scratch_bytes.h"
 
 namespace ckpt::internal {
 
@@ -78,7 +79,7 @@ class ReferenceState {
   uint64_t full_bytes_ = 0;        // stored bytes of the last full save
   uint64_t chain_bytes_ = 0;       // what a restore of the last checkpoint reads
   uint64_t last_delta_bytes_ = 0;  // stored bytes of the last delta (0: none since the full)
-  AlignedBytes scratch_;
+  ScratchBytes scratch_;
 };
 
 }  // namespace ckpt::internal

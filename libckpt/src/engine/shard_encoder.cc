@@ -3,7 +3,6 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <deque>
 

@@ -33,17 +33,9 @@ absl::Status ApplyChains(ShardFiles& files, std::span<const ChainTarget> targets
   std::vector<LinkRead> links;
   for (size_t i = 0; i < targets.size(); ++i) {
     const ChainTarget& target = targets[i];
-    const DeltaChain& chain = *target.chain;
-    const TensorInfo* first = chain.Find(target.base, *target.name);
-    for (size_t l = target.base + 1; l < chain.size(); ++l) {
-      const TensorInfo* t = chain.Find(l, *target.name);
-      if (t == nullptr || first == nullptr || t->dtype != first->dtype || t->shape != first->shape) {
-        return absl::DataLossError(absl::StrCat("tensor \"", *target.name,
-                                                "\" changes dtype or shape along the delta chain of ",
-                                                chain.opened().dir));
-      }
-      links.push_back(LinkRead{i, l, t});
-    }
+    CKPT_ASSIGN_OR_RETURN(std::vector<const TensorInfo*> records,
+                          DeltaLinksOf(*target.chain, *target.name, target.base));
+    for (size_t k = 0; k < records.size(); ++k) links.push_back(LinkRead{i, target.base + 1 + k, records[k]});
   }
   if (links.empty()) return absl::OkStatus();
   WorkerPool* pool = files.codec_pool();

@@ -99,17 +99,28 @@ absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, c
   return absl::OkStatus();
 }
 
-absl::Status ApplyDeltas(ShardFiles& files, const DeltaChain& chain, absl::string_view name,
-                         size_t base, char* dst) {
+absl::StatusOr<std::vector<const TensorInfo*>> DeltaLinksOf(const DeltaChain& chain,
+                                                            absl::string_view name, size_t base) {
   const TensorInfo* first = chain.Find(base, name);
+  std::vector<const TensorInfo*> links;
   for (size_t l = base + 1; l < chain.size(); ++l) {
     const TensorInfo* t = chain.Find(l, name);
-    const std::string& dir = chain.link(l).dir;
-    if (t == nullptr || t->dtype != first->dtype || t->shape != first->shape) {
+    if (t == nullptr || first == nullptr || t->dtype != first->dtype || t->shape != first->shape) {
       return absl::DataLossError(absl::StrCat(
           "tensor \"", name, "\" changes dtype or shape along the delta chain of ",
           chain.opened().dir));
     }
+    links.push_back(t);
+  }
+  return links;
+}
+
+absl::Status ApplyDeltas(ShardFiles& files, const DeltaChain& chain, absl::string_view name,
+                         size_t base, char* dst) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<const TensorInfo*> links, DeltaLinksOf(chain, name, base));
+  for (size_t l = base + 1; l < chain.size(); ++l) {
+    const TensorInfo* t = links[l - base - 1];
+    const std::string& dir = chain.link(l).dir;
     CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStoredRecord(files, dir, *t));
     absl::Status applied = ApplyDelta(t->encoding, static_cast<const char*>(stored.data()),
                                       t->stored_bytes, dst, t->raw_bytes, t->dtype);

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -42,6 +43,12 @@ constexpr bool IsCompressedEncoding(RecordEncoding encoding) {
 // As `DecodeZstdRecord` for any compressed record ("zstd" or "planes").
 absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
                                     char* dst);
+
+// The records of tensor `name` in the links after `base` of `chain`, oldest
+// first: what brings its value at `base` forward. kDataLoss if a link lacks
+// it or it changes dtype or shape along the chain.
+absl::StatusOr<std::vector<const TensorInfo*>> DeltaLinksOf(const DeltaChain& chain,
+                                                            absl::string_view name, size_t base);
 
 // Applies the deltas of tensor `name` stored after link `base` of `chain`,
 // oldest first, to `dst` (holding its value at `base`), checking the

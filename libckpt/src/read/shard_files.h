@@ -12,6 +12,7 @@
 #include "ckpt/options.h"
 #include "ckpt/tensor.h"
 #include "io/backend.h"
+#include "util/scratch_bytes.h"
 #include "util/worker_pool.h"
 
 namespace ckpt::internal {
@@ -34,15 +35,7 @@ class ShardFiles {
   const IoOptions& io() const { return io_; }
   // `bytes` of reusable memory (grown, never shrunk; pre-faulted once), for
   // reads of stored records that are decoded from it.
-  absl::StatusOr<char*> ScratchBytes(uint64_t bytes) {
-    if (scratch_.size() < bytes) {
-      scratch_ = AlignedBytes();
-      auto allocated = AlignedBytes::Allocate(bytes, /*prefault=*/true);
-      if (!allocated.ok()) return allocated.status();
-      scratch_ = std::move(*allocated);
-    }
-    return static_cast<char*>(scratch_.data());
-  }
+  absl::StatusOr<char*> ScratchBytes(uint64_t bytes) { return scratch_.Get(bytes); }
   // Threads that decode compressed records and deltas (created on first use).
   WorkerPool* codec_pool() {
     if (codec_pool_ == nullptr) {
@@ -58,7 +51,7 @@ class ShardFiles {
   std::map<std::string, std::unique_ptr<File>> files_;  // by path; closed before the queue
   uint64_t bytes_read_ = 0;
   std::unique_ptr<WorkerPool> codec_pool_;
-  AlignedBytes scratch_;
+  internal::ScratchBytes scratch_;
 };
 
 }  // namespace ckpt::internal
