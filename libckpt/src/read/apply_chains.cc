@@ -1,0 +1,270 @@
+#include "read/apply_chains.h"
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "delta/delta_codec.h"
+#include "delta/plane_codec.h"
+#include "format/names.h"
+#include "io/io_executor.h"
+#include "read/decode_record.h"
+#include "util/hash.h"
+#include "util/log.h"
+#include "util/status_macros.h"
+#include "util/worker_pool.h"
+
+namespace ckpt::internal {
+namespace {
+
+// A tensor with byte-plane links and at least this many blocks per thread
+// of the pool is applied by one thread whose links decode their blocks on
+// the whole pool; others are applied one tensor per thread.
+constexpr uint64_t kSplitBlocksPerThread = 2;
+
+// One delta link of one target, and where its stored bytes lie in the arena
+// (relative to its batch's start).
+struct LinkRead {
+  size_t target = 0;
+  size_t link = 0;
+  const TensorInfo* info = nullptr;
+  uint64_t at = 0;
+};
+
+// Consecutive `LinkRead`s read and applied together.
+struct Batch {
+  size_t begin = 0, end = 0;  // in the links
+  uint64_t bytes = 0;         // arena bytes it takes
+};
+
+// The links of one target within one batch, applied in order by one thread.
+struct Work {
+  size_t begin = 0, end = 0;
+  bool split = false;  // decode blocks on the pool instead
+  absl::Status status;
+};
+
+uint64_t SlotBytes(const TensorInfo& t) { return AlignUp(t.stored_bytes, kDirectIoAlignment); }
+
+// One call of `ChainApplier::Apply`.
+class ChainRun {
+ public:
+  ChainRun(ShardFiles& files, std::span<const ChainTarget> targets, uint64_t batch_bytes)
+      : files_(files), targets_(targets), batch_bytes_(batch_bytes), mismatched_(targets.size(), 0) {}
+
+  // The links in order, cut into batches. kDataLoss for a tensor missing or
+  // changing dtype or shape along its chain.
+  absl::Status Plan();
+  // The arena bytes two consecutive batches need (one, when there is one).
+  uint64_t ArenaBytes() const;
+  // Reads and applies every batch through `arena`.
+  absl::Status Run(char* arena, uint64_t arena_bytes);
+  // Targets whose final value did not match (each link's stored bytes did).
+  std::vector<size_t> Mismatched() const {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < mismatched_.size(); ++i) {
+      if (mismatched_[i]) out.push_back(i);
+    }
+    return out;
+  }
+
+ private:
+  absl::Status StartBatch(IoExecutor& io, const Batch& batch, char* at);
+  absl::Status ApplyBatch(const Batch& batch, const char* at);
+  absl::Status ApplyWork(const Work& work, const char* at, WorkerPool* pool);
+  const std::string& DirOf(const LinkRead& r) const { return targets_[r.target].chain->link(r.link).dir; }
+
+  ShardFiles& files_;
+  const std::span<const ChainTarget> targets_;
+  const uint64_t batch_bytes_;
+  std::vector<LinkRead> links_;
+  std::vector<Batch> batches_;
+  std::vector<char> mismatched_;  // by target
+};
+
+absl::Status ChainRun::Plan() {
+  Batch batch;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    const ChainTarget& target = targets_[i];
+    const DeltaChain& chain = *target.chain;
+    const TensorInfo* base = chain.Find(target.base, *target.name);
+    for (size_t l = target.base + 1; l < chain.size(); ++l) {
+      const TensorInfo* t = chain.Find(l, *target.name);
+      if (base == nullptr || t == nullptr || t->dtype != base->dtype || t->shape != base->shape) {
+        return absl::DataLossError(absl::StrCat("tensor \"", *target.name,
+                                                "\" changes dtype or shape along the delta chain of ",
+                                                chain.opened().dir));
+      }
+      const uint64_t slot = SlotBytes(*t);
+      if (batch.end > batch.begin && batch.bytes + slot > batch_bytes_) {
+        batches_.push_back(batch);
+        batch = Batch{batch.end, batch.end, 0};
+      }
+      links_.push_back(LinkRead{i, l, t, batch.bytes});
+      batch.bytes += slot;
+      ++batch.end;
+    }
+  }
+  if (batch.end > batch.begin) batches_.push_back(batch);
+  return absl::OkStatus();
+}
+
+uint64_t ChainRun::ArenaBytes() const {
+  uint64_t bytes = 0;
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    bytes = std::max(bytes, batches_[b].bytes);
+    // Two batches at once only where both fit in twice the batch size;
+    // otherwise the larger is read after the other is applied.
+    if (b + 1 < batches_.size() && batches_[b].bytes + batches_[b + 1].bytes <= 2 * batch_bytes_) {
+      bytes = std::max(bytes, batches_[b].bytes + batches_[b + 1].bytes);
+    }
+  }
+  return bytes;
+}
+
+absl::Status ChainRun::Run(char* arena, uint64_t arena_bytes) {
+  absl::Status status;
+  {
+    // Pieces large enough that a batch fits in the queue at once: its reads
+    // proceed while the previous batch is applied, without being polled.
+    const IoOptions& options = files_.io();
+    const uint64_t piece = std::max<uint64_t>(
+        options.chunk_bytes, AlignUp(batch_bytes_ / std::max<size_t>(options.queue_depth, 1)));
+    IoExecutor io(files_.queue(), std::min<uint64_t>(piece, uint64_t{64} << 20));
+    uint64_t offset = 0;  // of batch b in the arena
+    status = StartBatch(io, batches_[0], arena);
+    for (size_t b = 0; b < batches_.size() && status.ok(); ++b) {
+      status = io.Drain();
+      if (!status.ok()) break;
+      // The next batch goes before this one, or after it, if either fits.
+      std::optional<uint64_t> next;
+      if (b + 1 < batches_.size()) {
+        const uint64_t need = batches_[b + 1].bytes;
+        if (need <= offset) {
+          next = 0;
+        } else if (offset + batches_[b].bytes + need <= arena_bytes) {
+          next = arena_bytes - need;
+        }
+        if (next.has_value()) status = StartBatch(io, batches_[b + 1], arena + *next);
+      }
+      if (status.ok()) status = ApplyBatch(batches_[b], arena + offset);
+      if (status.ok() && b + 1 < batches_.size() && !next.has_value()) {
+        next = 0;
+        status = StartBatch(io, batches_[b + 1], arena);
+      }
+      offset = next.value_or(0);
+    }
+  }  // (every read has finished before the arena is reused or freed)
+  return status;
+}
+
+absl::Status ChainRun::StartBatch(IoExecutor& io, const Batch& batch, char* at) {
+  for (size_t r = batch.begin; r < batch.end; ++r) {
+    const LinkRead& read = links_[r];
+    const TensorInfo& t = *read.info;
+    if (t.stored_bytes == 0) continue;
+    CKPT_ASSIGN_OR_RETURN(File * file, files_.Get(DirOf(read), t.shard));
+    const uint64_t length = file->direct() ? SlotBytes(t) : t.stored_bytes;
+    files_.CountRead(length);
+    CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, t.offset, at + read.at, length, r, -1,
+                                  t.stored_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChainRun::ApplyBatch(const Batch& batch, const char* at) {
+  std::vector<Work> work;
+  for (size_t r = batch.begin; r < batch.end;) {
+    Work w;
+    w.begin = w.end = r;
+    bool planes = false;
+    while (w.end < batch.end && links_[w.end].target == links_[r].target) {
+      planes |= links_[w.end].info->encoding == RecordEncoding::kXorPlanes;
+      ++w.end;
+    }
+    w.split = planes && links_[r].info->raw_bytes >=
+                            kSplitBlocksPerThread * kPlaneBlockBytes * files_.codec_pool()->threads();
+    work.push_back(std::move(w));
+    r = work.back().end;
+  }
+  WorkerPool* pool = files_.codec_pool();
+  // Large tensors one at a time, each link's blocks on the whole pool; then
+  // the rest, one tensor per thread.
+  for (Work& w : work) {
+    if (w.split) w.status = ApplyWork(w, at, pool);
+  }
+  std::vector<size_t> rest;
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (!work[i].split) rest.push_back(i);
+  }
+  pool->ParallelFor(rest.size(), [&](size_t i) {
+    Work& w = work[rest[i]];
+    w.status = ApplyWork(w, at, nullptr);
+  });
+  for (const Work& w : work) CKPT_RETURN_IF_ERROR(w.status);
+  return absl::OkStatus();
+}
+
+absl::Status ChainRun::ApplyWork(const Work& work, const char* at, WorkerPool* pool) {
+  const size_t target = links_[work.begin].target;
+  const ChainTarget& c = targets_[target];
+  const TensorInfo* last = nullptr;
+  for (size_t r = work.begin; r < work.end; ++r) {
+    const LinkRead& read = links_[r];
+    const TensorInfo& t = *read.info;
+    const std::string& dir = DirOf(read);
+    const char* payload = at + read.at;
+    CKPT_RETURN_IF_ERROR(CheckStoredBytes(dir, t, payload));
+    absl::Status applied = ApplyDelta(t.encoding, payload, t.stored_bytes, c.dst, t.raw_bytes, t.dtype, pool);
+    if (!applied.ok()) {
+      return absl::DataLossError(absl::StrCat("tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard),
+                                              " at offset ", t.offset, ": ", applied.message()));
+    }
+    // A link without a stored checksum (an older writer's) is checked by
+    // the value it yields, as it always was.
+    if (!t.stored_xxh3.has_value()) {
+      const uint64_t actual = Xxh3(c.dst, t.raw_bytes);
+      if (actual != t.xxh3) return ChecksumMismatch(dir, t, actual);
+    }
+    last = &t;
+  }
+  // The reconstructed value, once, when this was the opened link.
+  if (links_[work.end - 1].link + 1 == c.chain->size() && last->stored_xxh3.has_value() &&
+      Xxh3(c.dst, last->raw_bytes) != last->xxh3) {
+    mismatched_[target] = 1;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ChainApplier::ChainApplier(const IoOptions& io)
+    : batch_bytes_(std::max<uint64_t>(io.buffer_bytes, kDirectIoAlignment)) {}
+
+absl::Status ChainApplier::Apply(ShardFiles& files, std::span<const ChainTarget> targets,
+                                 const RereadBase& reread) {
+  if (targets.empty()) return absl::OkStatus();
+  ChainRun run(files, targets, batch_bytes_);
+  CKPT_RETURN_IF_ERROR(run.Plan());
+  const uint64_t need = run.ArenaBytes();
+  if (arena_.capacity() < need) {
+    arena_ = AlignedBytes();  // (freed before the larger one is taken)
+    CKPT_ASSIGN_OR_RETURN(arena_, AlignedBytes::Allocate(need, /*prefault=*/false));
+  }
+  CKPT_RETURN_IF_ERROR(run.Run(static_cast<char*>(arena_.data()), arena_.capacity()));
+  // Every link's stored bytes matched, yet the value does not: rebuild it
+  // link by link, checking the value after each, to name the link at fault.
+  for (size_t i : run.Mismatched()) {
+    const ChainTarget& c = targets[i];
+    const TensorInfo* opened = c.chain->Find(c.chain->size() - 1, *c.name);
+    Log(LogLevel::kWarning, absl::StrCat("tensor \"", *c.name, "\" of ", c.chain->opened().dir,
+                                         " does not match its checksum ", HashToHex(opened->xxh3),
+                                         " after its delta chain; re-checking link by link"));
+    CKPT_RETURN_IF_ERROR(reread(i));
+    CKPT_RETURN_IF_ERROR(ApplyDeltas(files, *c.chain, *c.name, c.base, c.dst));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ckpt::internal
