@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "read/decode_record.h"
 #include "util/hash.h"
 #include "util/log.h"
+#include "util/mutex.h"
 #include "util/status_macros.h"
 #include "util/worker_pool.h"
 
@@ -22,6 +24,15 @@ namespace {
 // of the pool is applied by one thread whose links decode their blocks on
 // the whole pool; others are applied one tensor per thread.
 constexpr uint64_t kSplitBlocksPerThread = 2;
+
+// The arena holds up to kSlots batches: the reader thread fills free slots
+// in order while the caller applies full ones, so that the disk and the
+// cores both stay busy when batches take unequal times to read and apply.
+// A call's links are cut into batches of a kSlots-th of the arena (and, so
+// that reading overlaps applying even when everything would fit at once,
+// into at least kSlots batches of at least kMinBatchBytes).
+constexpr uint64_t kSlots = 4;
+constexpr uint64_t kMinBatchBytes = uint64_t{8} << 20;
 
 // One delta link of one target, and where its stored bytes lie in the arena
 // (relative to its batch's start).
@@ -50,16 +61,19 @@ uint64_t SlotBytes(const TensorInfo& t) { return AlignUp(t.stored_bytes, kDirect
 // One call of `ChainApplier::Apply`.
 class ChainRun {
  public:
-  ChainRun(ShardFiles& files, std::span<const ChainTarget> targets, uint64_t batch_bytes)
-      : files_(files), targets_(targets), batch_bytes_(batch_bytes), mismatched_(targets.size(), 0) {}
+  ChainRun(ShardFiles& files, std::span<const ChainTarget> targets, uint64_t arena_budget)
+      : files_(files), targets_(targets), batch_bytes_(arena_budget), mismatched_(targets.size(), 0) {}
 
   // The links in order, cut into batches. kDataLoss for a tensor missing or
   // changing dtype or shape along its chain.
   absl::Status Plan();
-  // The arena bytes two consecutive batches need (one, when there is one).
-  uint64_t ArenaBytes() const;
-  // Reads and applies every batch through `arena`.
-  absl::Status Run(char* arena, uint64_t arena_bytes);
+  // The bytes of one slot of the arena (the largest batch), and how many
+  // slots (1 .. kSlots; fewer where a link larger than a batch makes the
+  // slots large).
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint64_t slots() const { return slots_; }
+  // Reads and applies every batch through `arena` (`slots()` slots).
+  absl::Status Run(char* arena);
   // Targets whose final value did not match (each link's stored bytes did).
   std::vector<size_t> Mismatched() const {
     std::vector<size_t> out;
@@ -71,19 +85,32 @@ class ChainRun {
 
  private:
   absl::Status StartBatch(IoExecutor& io, const Batch& batch, char* at);
-  absl::Status ApplyBatch(const Batch& batch, const char* at);
+  absl::Status ApplyBatch(const Batch& batch, const char* at, WorkerPool* pool);
   absl::Status ApplyWork(const Work& work, const char* at, WorkerPool* pool);
   const std::string& DirOf(const LinkRead& r) const { return targets_[r.target].chain->link(r.link).dir; }
 
   ShardFiles& files_;
   const std::span<const ChainTarget> targets_;
-  const uint64_t batch_bytes_;
+  uint64_t batch_bytes_;  // the arena's budget; then, after `Plan`, a batch's
+  uint64_t slot_bytes_ = 0;
+  uint64_t slots_ = 1;
   std::vector<LinkRead> links_;
   std::vector<Batch> batches_;
   std::vector<char> mismatched_;  // by target
 };
 
 absl::Status ChainRun::Plan() {
+  uint64_t total = 0;
+  for (const ChainTarget& target : targets_) {
+    for (size_t l = target.base + 1; l < target.chain->size(); ++l) {
+      const TensorInfo* t = target.chain->Find(l, *target.name);
+      if (t != nullptr) total += SlotBytes(*t);
+    }
+  }
+  const uint64_t budget = batch_bytes_;
+  batch_bytes_ = std::max<uint64_t>(
+      kDirectIoAlignment,
+      std::min(AlignDown(budget / kSlots), std::max(kMinBatchBytes, AlignUp(total / kSlots))));
   Batch batch;
   for (size_t i = 0; i < targets_.size(); ++i) {
     const ChainTarget& target = targets_[i];
@@ -107,56 +134,77 @@ absl::Status ChainRun::Plan() {
     }
   }
   if (batch.end > batch.begin) batches_.push_back(batch);
+  for (const Batch& b : batches_) slot_bytes_ = std::max(slot_bytes_, b.bytes);
+  slots_ = std::clamp<uint64_t>(budget / std::max<uint64_t>(slot_bytes_, 1), 1, kSlots);
+  slots_ = std::min<uint64_t>(slots_, batches_.size());
   return absl::OkStatus();
 }
 
-uint64_t ChainRun::ArenaBytes() const {
-  uint64_t bytes = 0;
-  for (size_t b = 0; b < batches_.size(); ++b) {
-    bytes = std::max(bytes, batches_[b].bytes);
-    // Two batches at once only where both fit in twice the batch size;
-    // otherwise the larger is read after the other is applied.
-    if (b + 1 < batches_.size() && batches_[b].bytes + batches_[b + 1].bytes <= 2 * batch_bytes_) {
-      bytes = std::max(bytes, batches_[b].bytes + batches_[b + 1].bytes);
+absl::Status ChainRun::Run(char* arena) {
+  WorkerPool* const pool = files_.codec_pool();  // (created here, before the reads start)
+  const IoOptions& options = files_.io();
+  // Pieces large enough that a batch of large links fills the queue in few.
+  const uint64_t piece = std::min<uint64_t>(
+      std::max<uint64_t>(options.chunk_bytes,
+                         AlignUp(batch_bytes_ / std::max<size_t>(options.queue_depth, 1))),
+      uint64_t{64} << 20);
+  auto slot = [&](size_t b) { return arena + (b % slots_) * slot_bytes_; };
+  // With one slot, read and apply in turn; else batches are read on a
+  // thread of their own (the only one driving `io` while it runs), into
+  // slots the caller has finished applying. Neither waits on itself: the
+  // reader waits for the caller to apply (or stop), the caller for a read to
+  // finish (or fail).
+  IoExecutor io(files_.queue(), piece);
+  auto read = [&](size_t b) {
+    absl::Status status = StartBatch(io, batches_[b], slot(b));
+    absl::Status drained = io.Drain();
+    return status.ok() ? drained : status;
+  };
+  if (slots_ == 1) {
+    for (size_t b = 0; b < batches_.size(); ++b) {
+      CKPT_RETURN_IF_ERROR(read(b));
+      CKPT_RETURN_IF_ERROR(ApplyBatch(batches_[b], slot(b), pool));
     }
+    return absl::OkStatus();
   }
-  return bytes;
-}
-
-absl::Status ChainRun::Run(char* arena, uint64_t arena_bytes) {
-  absl::Status status;
-  {
-    // Pieces large enough that a batch fits in the queue at once: its reads
-    // proceed while the previous batch is applied, without being polled.
-    const IoOptions& options = files_.io();
-    const uint64_t piece = std::max<uint64_t>(
-        options.chunk_bytes, AlignUp(batch_bytes_ / std::max<size_t>(options.queue_depth, 1)));
-    IoExecutor io(files_.queue(), std::min<uint64_t>(piece, uint64_t{64} << 20));
-    uint64_t offset = 0;  // of batch b in the arena
-    status = StartBatch(io, batches_[0], arena);
-    for (size_t b = 0; b < batches_.size() && status.ok(); ++b) {
-      status = io.Drain();
-      if (!status.ok()) break;
-      // The next batch goes before this one, or after it, if either fits.
-      std::optional<uint64_t> next;
-      if (b + 1 < batches_.size()) {
-        const uint64_t need = batches_[b + 1].bytes;
-        if (need <= offset) {
-          next = 0;
-        } else if (offset + batches_[b].bytes + need <= arena_bytes) {
-          next = arena_bytes - need;
-        }
-        if (next.has_value()) status = StartBatch(io, batches_[b + 1], arena + *next);
+  Mutex mu;
+  size_t read_done = 0, applied = 0;  // batches, in order
+  bool stop = false;                  // the caller gives up
+  absl::Status read_status;           // the reader's first error
+  std::thread reader([&] {
+    for (size_t b = 0; b < batches_.size(); ++b) {
+      {
+        MutexLock lock(&mu);
+        mu.Await([&] { return stop || b < applied + slots_; });
+        if (stop) return;
       }
-      if (status.ok()) status = ApplyBatch(batches_[b], arena + offset);
-      if (status.ok() && b + 1 < batches_.size() && !next.has_value()) {
-        next = 0;
-        status = StartBatch(io, batches_[b + 1], arena);
+      absl::Status s = read(b);
+      MutexLock lock(&mu);
+      if (!s.ok()) {
+        read_status = std::move(s);
+        return;
       }
-      offset = next.value_or(0);
+      read_done = b + 1;
     }
-  }  // (every read has finished before the arena is reused or freed)
-  return status;
+  });
+  absl::Status status;
+  for (size_t b = 0; b < batches_.size() && status.ok(); ++b) {
+    {
+      MutexLock lock(&mu);
+      mu.Await([&] { return read_done > b || !read_status.ok(); });
+      if (read_done <= b) break;
+    }
+    status = ApplyBatch(batches_[b], slot(b), pool);
+    MutexLock lock(&mu);
+    applied = b + 1;
+    stop = !status.ok();
+  }
+  {
+    MutexLock lock(&mu);
+    stop = true;  // (the reader may still wait for a slot after an error)
+  }
+  reader.join();  // (every read has finished: the arena may be reused)
+  return status.ok() ? read_status : status;
 }
 
 absl::Status ChainRun::StartBatch(IoExecutor& io, const Batch& batch, char* at) {
@@ -173,7 +221,7 @@ absl::Status ChainRun::StartBatch(IoExecutor& io, const Batch& batch, char* at) 
   return absl::OkStatus();
 }
 
-absl::Status ChainRun::ApplyBatch(const Batch& batch, const char* at) {
+absl::Status ChainRun::ApplyBatch(const Batch& batch, const char* at, WorkerPool* pool) {
   std::vector<Work> work;
   for (size_t r = batch.begin; r < batch.end;) {
     Work w;
@@ -183,12 +231,10 @@ absl::Status ChainRun::ApplyBatch(const Batch& batch, const char* at) {
       planes |= links_[w.end].info->encoding == RecordEncoding::kXorPlanes;
       ++w.end;
     }
-    w.split = planes && links_[r].info->raw_bytes >=
-                            kSplitBlocksPerThread * kPlaneBlockBytes * files_.codec_pool()->threads();
+    w.split = planes && links_[r].info->raw_bytes >= kSplitBlocksPerThread * kPlaneBlockBytes * pool->threads();
     work.push_back(std::move(w));
     r = work.back().end;
   }
-  WorkerPool* pool = files_.codec_pool();
   // Large tensors one at a time, each link's blocks on the whole pool; then
   // the rest, one tensor per thread.
   for (Work& w : work) {
@@ -240,19 +286,19 @@ absl::Status ChainRun::ApplyWork(const Work& work, const char* at, WorkerPool* p
 }  // namespace
 
 ChainApplier::ChainApplier(const IoOptions& io)
-    : batch_bytes_(std::max<uint64_t>(io.buffer_bytes, kDirectIoAlignment)) {}
+    : arena_budget_(2 * std::max<uint64_t>(io.buffer_bytes, kDirectIoAlignment)) {}
 
 absl::Status ChainApplier::Apply(ShardFiles& files, std::span<const ChainTarget> targets,
                                  const RereadBase& reread) {
   if (targets.empty()) return absl::OkStatus();
-  ChainRun run(files, targets, batch_bytes_);
+  ChainRun run(files, targets, arena_budget_);
   CKPT_RETURN_IF_ERROR(run.Plan());
-  const uint64_t need = run.ArenaBytes();
+  const uint64_t need = run.slot_bytes() * run.slots();
   if (arena_.capacity() < need) {
     arena_ = AlignedBytes();  // (freed before the larger one is taken)
     CKPT_ASSIGN_OR_RETURN(arena_, AlignedBytes::Allocate(need, /*prefault=*/false));
   }
-  CKPT_RETURN_IF_ERROR(run.Run(static_cast<char*>(arena_.data()), arena_.capacity()));
+  CKPT_RETURN_IF_ERROR(run.Run(static_cast<char*>(arena_.data())));
   // Every link's stored bytes matched, yet the value does not: rebuild it
   // link by link, checking the value after each, to name the link at fault.
   for (size_t i : run.Mismatched()) {

@@ -1,8 +1,8 @@
 // `ChainApplier`: brings many tensors forward along their delta chains at
 // once, at a cost proportional to the bytes stored: the payloads of every
 // link of every tensor are read in parallel through the shard files' I/O
-// queue into a reused arena (the next batch is read while the current one
-// is applied), each link is checked once by the checksum of its stored bytes
+// queue into a reused arena (later batches are read while earlier ones are
+// applied), each link is checked once by the checksum of its stored bytes
 // (`TensorInfo::stored_xxh3`), the links of a tensor are applied oldest
 // first in one pass on the decode pool, and the reconstructed value is
 // checked once, at the end, against the opened link's `xxh3`.
@@ -39,9 +39,10 @@ struct ChainTarget {
 
 class ChainApplier {
  public:
-  // Reads links in batches of about `io.buffer_bytes` (a larger link is a
-  // batch of its own), two batches in memory at a time: the arena, reused
-  // from call to call, is at most twice that (or the largest link).
+  // Reads links into an arena of at most twice `io.buffer_bytes` (or the
+  // largest link, when larger), reused from call to call: in batches of up
+  // to a quarter of it (a larger link is a batch of its own), read on a
+  // thread of their own while the caller applies those already read.
   explicit ChainApplier(const IoOptions& io);
 
   // Called to put the base value of `targets[i]` into its `dst` again (and
@@ -57,7 +58,7 @@ class ChainApplier {
   absl::Status Apply(ShardFiles& files, std::span<const ChainTarget> targets, const RereadBase& reread);
 
  private:
-  const uint64_t batch_bytes_;
+  const uint64_t arena_budget_;
   AlignedBytes arena_;
 };
 
