@@ -14,7 +14,7 @@
 # lines), and append NAME to BENCHES.
 set -euo pipefail
 
-BENCHES=(io async_save delta torch_api real_state background_priority peers distributed reshard)
+BENCHES=(io async_save delta chain_restore torch_api real_state background_priority peers distributed reshard)
 
 # bench_io DATA_DIR: durable write and cold restore per I/O backend vs fio.
 bench_io() {
@@ -52,6 +52,14 @@ bench_delta() {
     args+=(--bytes=$((1 << 30)) --chain=10)
   fi
   "$BUILD_DIR/bench/delta_bench" "${args[@]}"
+}
+
+# bench_chain_restore DATA_DIR: MB/s of stored bytes restoring an 11-link
+# exact delta chain of an AdamW state vs its full checkpoint.
+bench_chain_restore() {
+  local args=(--dir="$1/chain_restore")
+  if ((QUICK)); then args+=(--reps=3); fi
+  "$BUILD_DIR/bench/chain_restore_bench" "${args[@]}"
 }
 
 # bench_torch_api DATA_DIR: the same state through the Python API: blocked

@@ -236,6 +236,15 @@ TEST_F(HostileCheckpointTest, ASmallCompressedRecordClaimingAHugeTensorIsRefused
   ExpectRefused(absl::StatusCode::kDataLoss, "cannot hold raw_bytes");
 }
 
+TEST_F(HostileCheckpointTest, MalformedStoredChecksumsAreRefused) {
+  for (const Json& bad : {Json("not a checksum"), Json(12345), Json("0123456789ABCDEF")}) {
+    SCOPED_TRACE(bad.dump());
+    Rebuild();
+    EditManifest(2, [&](Json& j) { j["tensors"][0]["stored_xxh3"] = bad; });
+    ExpectRefused(absl::StatusCode::kDataLoss, "stored_xxh3");
+  }
+}
+
 TEST_F(HostileCheckpointTest, ChunkPlacesAndBlockHashesThatDoNotFitAreRefused) {
   // A chunk reaching past its global tensor.
   EditManifest(2, [](Json& j) {

@@ -1,6 +1,7 @@
-// `Reader`: the public face of reading a checkpoint. Loading the delta chain,
-// opening shards, and reading, decoding and verifying records live in read/;
-// this file checks arguments and puts those pieces in order.
+// `Reader`: the public face of reading a checkpoint. Loading the step's view
+// and delta chains, opening shards, and reading, decoding and verifying
+// records live in read/; this file checks arguments and puts those pieces in
+// order.
 #include "ckpt/reader.h"
 
 #include <algorithm>
@@ -13,7 +14,7 @@
 #include "ckpt/catalog.h"
 #include "distributed/rank_layout.h"
 #include "io/backend.h"
-#include "read/apply_chain.h"
+#include "read/apply_chains.h"
 #include "read/decode_record.h"
 #include "format/global_tensors.h"
 #include "read/delta_chain.h"
@@ -22,6 +23,7 @@
 #include "read/read_raw_records.h"
 #include "read/read_regions.h"
 #include "read/shard_files.h"
+#include "read/step_view.h"
 #include "read/verify_full.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -37,126 +39,14 @@ uint64_t LargestRawBytes(const std::vector<TensorInfo>& tensors) {
   return largest;
 }
 
-// One delta chain a reader draws tensors from: a single-process
-// checkpoint's, or one rank's part of a multi-rank one.
-struct ReaderPart {
-  int rank = 0;
-  DeltaChain chain;
-};
-
-// Where a tensor the reader shows comes from: one part's record, or (a
-// sharded tensor) the chunks of `StepView::globals[global]`.
-struct TensorSource {
-  size_t part = 0;
-  std::string name;  // its name in that part
-  size_t global = SIZE_MAX;
-};
-
-// What a reader shows of one step: the parts it reads and its tensors.
-struct StepView {
-  int64_t step = 0;
-  std::string dir;
-  std::string extras_json;
-  int world_size = 1;
-  int rank = 0;  // -1: every rank's part
-  std::vector<ReaderPart> parts;
-  std::vector<TensorInfo> tensors;
-  std::vector<TensorSource> sources;  // parallel to `tensors`
-  std::vector<GlobalTensor> globals;   // pieces index `parts`
-};
-
-// The view of step `step` of `root` for `rank` (see ReaderOptions::rank).
-absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, int64_t step,
-                                      std::optional<int> rank) {
-  const std::string dir = JoinPath(root, CheckpointDirName(step));
-  CKPT_ASSIGN_OR_RETURN(StepManifest manifest, LoadStepManifest(fs, dir, step));
-  StepView view;
-  view.step = step;
-  view.dir = dir;
-  if (!manifest.multi_rank) {
-    if (rank.has_value() && *rank != 0) {
-      return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " was written by one process: it has no rank ",
-                                              *rank, " (only rank 0)"));
-    }
-    CKPT_ASSIGN_OR_RETURN(DeltaChain chain,
-                          DeltaChain::Load(fs, root, step, std::nullopt, std::move(manifest.single)));
-    view.extras_json = chain.opened().manifest.extras_json;
-    view.tensors = chain.opened().manifest.tensors;
-    for (const TensorInfo& t : view.tensors) view.sources.push_back(TensorSource{0, t.name});
-    view.parts.push_back(ReaderPart{0, std::move(chain)});
-    return view;
-  }
-  const GlobalManifest& global = manifest.global;
-  view.world_size = global.world_size;
-  view.rank = rank.value_or(-1);
-  if (rank.has_value() && (*rank < 0 || *rank >= global.world_size)) {
-    return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " has ranks 0..", global.world_size - 1,
-                                            ", not rank ", *rank));
-  }
-  // The parts the view draws from: the rank's own first (its tensors come
-  // first, in its order), then those holding replicated tensors or chunks of
-  // sharded ones, by rank (every part, for the whole checkpoint).
-  std::vector<int> ranks;
-  if (rank.has_value()) ranks.push_back(*rank);
-  for (int r = 0; r < global.world_size; ++r) {
-    bool shared = false;
-    for (const TensorInfo& t : manifest.parts[r].tensors) {
-      shared |= t.placement == TensorPlacement::kReplicated || t.placement == TensorPlacement::kSharded;
-    }
-    if (!rank.has_value() || (r != *rank && shared)) ranks.push_back(r);
-  }
-  view.parts.reserve(ranks.size());
-  absl::flat_hash_set<std::string> names;
-  for (int r : ranks) {
-    CKPT_ASSIGN_OR_RETURN(DeltaChain chain,
-                          DeltaChain::Load(fs, root, step, r, std::move(manifest.parts[r])));
-    const size_t part = view.parts.size();
-    const bool own = rank.has_value() && r == *rank;
-    for (const TensorInfo& t : chain.opened().manifest.tensors) {
-      if (t.placement == TensorPlacement::kSharded) continue;  // shown whole, below
-      const bool replicated = t.placement == TensorPlacement::kReplicated;
-      if (rank.has_value() && !own && !replicated) continue;
-      TensorInfo shown = t;
-      shown.rank = r;
-      if (!rank.has_value() && !replicated) shown.name = absl::StrCat("rank", r, "/", t.name);
-      if (!names.insert(shown.name).second) {
-        return absl::DataLossError(absl::StrCat("checkpoint ", dir, " holds tensor \"", shown.name,
-                                                "\" twice (rank ", r, ")"));
-      }
-      view.sources.push_back(TensorSource{part, t.name});
-      view.tensors.push_back(std::move(shown));
-    }
-    if (own) view.extras_json = chain.opened().manifest.extras_json;
-    view.parts.push_back(ReaderPart{r, std::move(chain)});
-  }
-  if (!rank.has_value()) view.extras_json = global.extras_json;
-  // Each sharded tensor once, whole, from its chunks on every rank.
-  std::vector<RankRecords> records;
-  for (const ReaderPart& p : view.parts) records.push_back(RankRecords{p.rank, &p.chain.opened().manifest.tensors});
-  absl::StatusOr<std::vector<GlobalTensor>> globals = GatherGlobalTensors(records);
-  if (!globals.ok()) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": ", globals.status().message()));
-  }
-  view.globals = std::move(*globals);
-  for (size_t g = 0; g < view.globals.size(); ++g) {
-    TensorInfo shown = GlobalTensorInfo(view.globals[g], records);
-    if (!names.insert(shown.name).second) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", dir, " holds tensor \"", shown.name,
-                                              "\" both sharded and whole"));
-    }
-    view.sources.push_back(TensorSource{0, shown.name, g});
-    view.tensors.push_back(std::move(shown));
-  }
-  return view;
-}
-
 class ReaderImpl final : public Reader {
  public:
   ReaderImpl(std::shared_ptr<FileSystem> fs, const IoOptions& io, StepView view,
              internal::OpenedIo backend)
       : view_(std::move(view)),
         files_(std::move(fs), io, std::move(backend)),
-        chunks_(io, LargestPartRecord(view_), files_.queue()) {
+        chunks_(io, LargestPartRecord(view_), files_.queue()),
+        chains_(io) {
     for (size_t i = 0; i < view_.tensors.size(); ++i) index_[view_.tensors[i].name] = i;
   }
 
@@ -188,8 +78,11 @@ class ReaderImpl final : public Reader {
     return largest;
   }
   // Reads each of `records` whole into the matching `dsts` entry (room for
-  // its raw bytes), verifying each.
+  // its raw bytes), verifying each: its newest whole record, then the links
+  // of its delta chain after that, all of them together (`ChainApplier`).
   absl::Status ReadRecords(std::span<const RecordRef> records, std::span<char* const> dsts);
+  // Reads whole records (compressed ones one at a time, raw ones together).
+  absl::Status ReadWholeRecords(std::span<const RecordTarget> records);
   // The position of tensor `name` in the view; kNotFound naming it.
   absl::StatusOr<size_t> IndexOf(absl::string_view name) const {
     auto it = index_.find(name);
@@ -210,6 +103,7 @@ class ReaderImpl final : public Reader {
   absl::flat_hash_map<std::string, size_t> index_;  // name -> position in view_.tensors
   ShardFiles files_;
   ReadChunks chunks_;  // created on first use; uses `files_`'s queue
+  ChainApplier chains_;  // its arena is kept from call to call
 };
 
 absl::Status ReaderImpl::ReadRecords(std::span<const RecordRef> names, std::span<char* const> dsts) {
@@ -225,30 +119,28 @@ absl::Status ReaderImpl::ReadRecords(std::span<const RecordRef> names, std::span
     records.push_back(RecordTarget{&chain.link(base).dir, chain.Find(base, name), dsts[i]});
     bases.push_back(base);
   }
+  CKPT_RETURN_IF_ERROR(ReadWholeRecords(records));
+  // Then the deltas after them, every chain's links at once.
+  std::vector<ChainTarget> chains;
+  std::vector<size_t> record_of;  // by chain target
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (bases[i] + 1 < names[i].chain->size()) {
+      chains.push_back(ChainTarget{names[i].chain, names[i].name, bases[i], records[i].dst});
+      record_of.push_back(i);
+    }
+  }
+  return chains_.Apply(files_, chains,
+                       [&](size_t c) { return ReadWholeRecords({&records[record_of[c]], 1}); });
+}
+
+absl::Status ReaderImpl::ReadWholeRecords(std::span<const RecordTarget> records) {
   // Compressed records first, each on its own (one executor per queue at a time).
   for (const RecordTarget& record : records) {
     if (IsCompressedEncoding(record.info->encoding)) {
       CKPT_RETURN_IF_ERROR(DecodeCompressedRecord(files_, *record.dir, *record.info, record.dst));
     }
   }
-  CKPT_RETURN_IF_ERROR(ReadRawRecords(files_, chunks_, records));
-  // Then the deltas of every record at once (read/apply_chain.h).
-  std::vector<ChainTarget> chained;
-  std::vector<size_t> of;  // the record of each chained target
-  for (size_t i = 0; i < records.size(); ++i) {
-    if (bases[i] + 1 < names[i].chain->size()) {
-      chained.push_back(ChainTarget{names[i].chain, names[i].name, bases[i], records[i].dst});
-      of.push_back(i);
-    }
-  }
-  if (chained.empty()) return absl::OkStatus();
-  return ApplyChains(files_, chained, [&](size_t c) -> absl::Status {
-    const RecordTarget& record = records[of[c]];
-    if (IsCompressedEncoding(record.info->encoding)) {
-      return DecodeCompressedRecord(files_, *record.dir, *record.info, record.dst);
-    }
-    return ReadRawRecords(files_, chunks_, {&record, 1});
-  });
+  return ReadRawRecords(files_, chunks_, records);
 }
 
 RegionRead ReaderImpl::RegionOf(size_t index, Box region, char* dst) const {
@@ -359,14 +251,33 @@ absl::Status ReaderImpl::Verify(const VerifyProgress& progress) {
       CKPT_RETURN_IF_ERROR(VerifyFullCheckpoint(files_, chunks_, chain.opened().dir, manifest, progress));
       continue;
     }
-    CKPT_ASSIGN_OR_RETURN(AlignedBytes buffer,
-                          AlignedBytes::Allocate(LargestRawBytes(manifest.tensors), false));
+    // Tensors in groups of up to twice the I/O buffer (or one larger), so
+    // that the chains of many are applied at once, through one buffer.
+    uint64_t total = 0;
+    for (const TensorInfo& t : manifest.tensors) total += AlignUp(t.raw_bytes);
+    const uint64_t room = std::max<uint64_t>(AlignUp(LargestRawBytes(manifest.tensors)),
+                                             std::min<uint64_t>(total, 2 * files_.io().buffer_bytes));
+    CKPT_ASSIGN_OR_RETURN(AlignedBytes buffer, AlignedBytes::Allocate(room, false));
+    std::vector<RecordRef> group;
+    std::vector<char*> dsts;
+    uint64_t used = 0;
+    auto verify_group = [&]() -> absl::Status {
+      CKPT_RETURN_IF_ERROR(ReadRecords(group, dsts));
+      for (const RecordRef& r : group) {
+        if (progress) progress(chain.Find(chain.size() - 1, *r.name)->raw_bytes);
+      }
+      group.clear();
+      dsts.clear();
+      used = 0;
+      return absl::OkStatus();
+    };
     for (const TensorInfo& t : manifest.tensors) {
-      const RecordRef record{&chain, &t.name};
-      char* dst = static_cast<char*>(buffer.data());
-      CKPT_RETURN_IF_ERROR(ReadRecords({&record, 1}, {&dst, 1}));
-      if (progress) progress(t.raw_bytes);
+      if (!group.empty() && used + AlignUp(t.raw_bytes) > room) CKPT_RETURN_IF_ERROR(verify_group());
+      group.push_back(RecordRef{&chain, &t.name});
+      dsts.push_back(static_cast<char*>(buffer.data()) + used);
+      used += AlignUp(t.raw_bytes);
     }
+    if (!group.empty()) CKPT_RETURN_IF_ERROR(verify_group());
   }
   return absl::OkStatus();
 }

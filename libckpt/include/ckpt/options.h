@@ -40,6 +40,9 @@ struct IoOptions {
   // Readers only: the most host memory a reader's bounce buffers may use
   // (record tails, unaligned targets, `Verify`); allocated and pre-faulted on
   // first use, at most 8 chunks and no more than the checkpoint needs.
+  // Restoring delta chains, a reader also keeps an arena of up to twice
+  // this (or the largest link) that it reads links into, and `Verify` of a
+  // delta step rebuilds its tensors in groups of up to twice this.
   // (Saves stage through `EngineOptions::staging_bytes` instead.)
   size_t buffer_bytes = size_t{64} << 20;
   // Saves whose records are encoded (deltas, zstd): output buffers of

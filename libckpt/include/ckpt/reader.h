@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -40,6 +41,13 @@ struct TensorInfo {
   std::string shard;          // shard file name, inside the checkpoint dir
   uint64_t offset = 0;        // 4 KiB-aligned offset of the record in `shard`
   uint64_t xxh3 = 0;          // XXH3-64 of the raw bytes (as restored)
+  // XXH3-64 of the record's `stored_bytes` bytes as written (the manifest's
+  // "stored_xxh3"), recorded for delta records (and allowed on any other).
+  // A reader checks each link of a delta chain by it before applying the
+  // link, and the restored value once, by `xxh3`, at the end. Absent in
+  // checkpoints written before it existed: their deltas are checked by
+  // `xxh3` after each link is applied.
+  std::optional<uint64_t> stored_xxh3;
   // For a lossy (top-k) delta: the largest absolute difference between a
   // restored element and the value that was saved; 0 when exact.
   double error_bound = 0;

@@ -375,6 +375,7 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
       info.stored_bytes = rl.stored_bytes;
       info.encoding = rl.encoding;
       info.error_bound = rl.error_bound;
+      info.stored_xxh3 = rl.stored_xxh3;
       if (encoder->restored_hashes()[r.tensor] != 0) info.xxh3 = encoder->restored_hashes()[r.tensor];
     }
     // Block hashes describe bytes stored as they are: only a raw record's.

@@ -18,7 +18,7 @@ ShardEncoder::ShardEncoder(const SaveJob& job, std::unique_ptr<ShardOutputs> out
     : job_(job),
       outputs_(std::move(outputs)),
       shards_(job.plan.size()),
-      records_(job.tensors.size(), RecordLayout{0, 0, RecordEncoding::kRaw, 0}),
+      records_(job.tensors.size(), RecordLayout{}),
       restored_hashes_(job.tensors.size(), 0) {}
 
 absl::Status ShardEncoder::Consume(const StagedChunk& chunk, const char* data,
@@ -271,6 +271,7 @@ class DeltaShardEncoder final : public ShardEncoder {
         layout.encoding = delta->encoding;
         layout.stored_bytes = delta->bytes.size();
         layout.error_bound = delta->error_bound;
+        layout.stored_xxh3 = Xxh3(delta->bytes.data(), delta->bytes.size());
         if (delta->encoding == RecordEncoding::kTopK) restored_hashes_[rec.tensor] = Xxh3(against, t.nbytes);
         absl::Status appended = outputs_->Append(shard, delta->bytes.data(), delta->bytes.size());
         RecycleDeltaBytes(std::move(delta->bytes));  // the next record encodes into faulted pages

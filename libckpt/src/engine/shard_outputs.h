@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct RecordLayout {
   uint64_t stored_bytes = 0;
   RecordEncoding encoding = RecordEncoding::kRaw;
   double error_bound = 0;
+  std::optional<uint64_t> stored_xxh3;  // of the stored bytes (delta records)
 };
 struct ShardLayout {
   uint64_t file_bytes = 0;    // final size (end of the last record)

@@ -66,6 +66,7 @@ nlohmann::ordered_json TensorInfoObject(const TensorInfo& t) {
                               {"encoding", std::string(RecordEncodingName(t.encoding))},
                               {"xxh3", HashToHex(t.xxh3)},
                               {"error_bound", t.error_bound}};
+  if (t.stored_xxh3.has_value()) j["stored_xxh3"] = HashToHex(*t.stored_xxh3);
   // Only a multi-rank checkpoint's tensors have a placement or rank to say.
   if (t.placement != TensorPlacement::kDefault) {
     j["placement"] = std::string(TensorPlacementName(t.placement));

@@ -159,6 +159,14 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
   auto hash = HashFromHex(xxh3);
   if (!hash.ok()) return Corrupt(path, absl::StrCat(where, ": ", hash.status().message()));
   t.xxh3 = *hash;
+  if (auto stored = j.find("stored_xxh3"); stored != j.end()) {
+    auto stored_hash = stored->is_string() ? HashFromHex(stored->get<std::string>())
+                                           : absl::StatusOr<uint64_t>(absl::InvalidArgumentError("not a string"));
+    if (!stored_hash.ok()) {
+      return Corrupt(path, absl::StrCat(where, ": stored_xxh3: ", stored_hash.status().message()));
+    }
+    t.stored_xxh3 = *stored_hash;
+  }
 
   auto bytes = TensorBytes(t.dtype, t.shape);
   if (!bytes.ok() || *bytes != t.raw_bytes) {
@@ -249,6 +257,7 @@ void PlaceRawRecords(const PlannedShard& shard, uint64_t file_bytes, Manifest* m
     t.offset = r.offset;
     t.stored_bytes = t.raw_bytes;
     t.encoding = RecordEncoding::kRaw;
+    t.stored_xxh3.reset();  // (a compacted delta's tensors keep no stale one)
   }
 }
 

@@ -71,7 +71,8 @@ struct Manifest {
 
 // Records the planned shard `shard` in `manifest`: appends it to `shards`
 // (`file_bytes` long) and places each of its tensors' records raw at their
-// planned offsets (`shard`, `offset`, `stored_bytes = raw_bytes`, "raw").
+// planned offsets (`shard`, `offset`, `stored_bytes = raw_bytes`, "raw", no
+// `stored_xxh3`).
 // `manifest->tensors[r.tensor]` must already say what each tensor is (name,
 // dtype, shape, raw_bytes, xxh3); a writer that encoded a record overrides
 // where and how it is stored afterwards.

@@ -16,14 +16,25 @@
 #include "ckpt/file_system.h"
 
 namespace ckpt::internal {
-namespace {
-
-}  // namespace
 
 absl::Status ChecksumMismatch(const std::string& dir, const TensorInfo& t, uint64_t actual) {
   return absl::DataLossError(absl::StrCat(
       "tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard), " at offset ", t.offset,
       ": checksum mismatch (manifest ", HashToHex(t.xxh3), ", data ", HashToHex(actual), ")"));
+}
+
+absl::Status StoredChecksumMismatch(const std::string& dir, const TensorInfo& t, uint64_t actual) {
+  return absl::DataLossError(absl::StrCat(
+      "tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard), " at offset ", t.offset,
+      ": checksum mismatch of its ", t.stored_bytes, " stored bytes (", RecordEncodingName(t.encoding),
+      " record; manifest stored_xxh3 ", HashToHex(*t.stored_xxh3), ", data ", HashToHex(actual), ")"));
+}
+
+absl::Status CheckStoredBytes(const std::string& dir, const TensorInfo& t, const char* stored) {
+  if (!t.stored_xxh3.has_value()) return absl::OkStatus();
+  const uint64_t actual = Xxh3(stored, t.stored_bytes);
+  if (actual != *t.stored_xxh3) return StoredChecksumMismatch(dir, t, actual);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::string& dir,
@@ -36,6 +47,7 @@ absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::stri
   CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, t.offset, stored.data(), length, 0, -1,
                                 t.stored_bytes));
   CKPT_RETURN_IF_ERROR(io.Drain());
+  CKPT_RETURN_IF_ERROR(CheckStoredBytes(dir, t, static_cast<const char*>(stored.data())));
   return stored;
 }
 

@@ -23,8 +23,18 @@ namespace ckpt::internal {
 // instead of the manifest's XXH3, naming the shard and offset.
 absl::Status ChecksumMismatch(const std::string& dir, const TensorInfo& t, uint64_t actual);
 
+// kDataLoss for the record of tensor `t` of checkpoint `dir` whose stored
+// bytes hash to `actual` instead of the manifest's `stored_xxh3`, naming the
+// shard and offset. REQUIRES: `t.stored_xxh3`.
+absl::Status StoredChecksumMismatch(const std::string& dir, const TensorInfo& t, uint64_t actual);
+
+// OK when `t` records no `stored_xxh3` or `stored[0, t.stored_bytes)`
+// hashes to it; else `StoredChecksumMismatch`.
+absl::Status CheckStoredBytes(const std::string& dir, const TensorInfo& t, const char* stored);
+
 // Reads the `t.stored_bytes` stored bytes of `t`'s record (e.g. a delta
-// payload) from its shard in `dir` into new memory, undecoded.
+// payload) from its shard in `dir` into new memory, undecoded, and checks
+// them against `t.stored_xxh3` when the manifest records one.
 absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::string& dir,
                                               const TensorInfo& t);
 
@@ -51,9 +61,12 @@ absl::StatusOr<std::vector<const TensorInfo*>> DeltaLinksOf(const DeltaChain& ch
                                                             absl::string_view name, size_t base);
 
 // Applies the deltas of tensor `name` stored after link `base` of `chain`,
-// oldest first, to `dst` (holding its value at `base`), checking the
-// checksum after each. A tensor whose dtype or shape changes along the
-// chain, or a malformed delta, is kDataLoss.
+// oldest first, to `dst` (holding its value at `base`), one link at a time:
+// each read on its own and checked by its stored bytes' checksum (when
+// recorded) and by the value's after it is applied, so that a failure names
+// the link. A tensor whose dtype or shape changes along the chain, or a
+// malformed delta, is kDataLoss. The slow path: `ApplyChains` (bulk, one
+// check per tensor) falls back to it to name a bad link.
 absl::Status ApplyDeltas(ShardFiles& files, const DeltaChain& chain, absl::string_view name,
                          size_t base, char* dst);
 

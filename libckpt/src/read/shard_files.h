@@ -12,7 +12,6 @@
 #include "ckpt/options.h"
 #include "ckpt/tensor.h"
 #include "io/backend.h"
-#include "util/scratch_bytes.h"
 #include "util/worker_pool.h"
 
 namespace ckpt::internal {
@@ -33,9 +32,6 @@ class ShardFiles {
   void CountRead(uint64_t bytes) { bytes_read_ += bytes; }
   uint64_t bytes_read() const { return bytes_read_; }
   const IoOptions& io() const { return io_; }
-  // `bytes` of reusable memory (grown, never shrunk; pre-faulted once), for
-  // reads of stored records that are decoded from it.
-  absl::StatusOr<char*> ScratchBytes(uint64_t bytes) { return scratch_.Get(bytes); }
   // Threads that decode compressed records and deltas (created on first use).
   WorkerPool* codec_pool() {
     if (codec_pool_ == nullptr) {
@@ -51,7 +47,6 @@ class ShardFiles {
   std::map<std::string, std::unique_ptr<File>> files_;  // by path; closed before the queue
   uint64_t bytes_read_ = 0;
   std::unique_ptr<WorkerPool> codec_pool_;
-  internal::ScratchBytes scratch_;
 };
 
 }  // namespace ckpt::internal
