@@ -5,7 +5,8 @@
 //   engine/staging_memory.cc   sizing the staging pool (and ReserveStaging)
 //   engine/save_completion.cc  what a finished save leaves: stats, metrics,
 //                              errors no handle reported yet
-//   engine/watchdog.cc         stalled saves: warnings and `stall_timeout`
+//   engine/watchdog.cc         stalled saves (warnings, `stall_timeout`) and
+//                              the preemption deadline
 //
 // Threads: callers (`SaveAsync`, `ReserveStaging`, `Close`, `stats`), the
 // persister (`OnSaveDone`), the watchdog (`Watch`), the lazy stager
@@ -149,6 +150,9 @@ class EngineImpl final : public Engine {
 
   // The watchdog thread: watches the oldest save not given up yet.
   void Watch() ABSL_LOCKS_EXCLUDED(mu_);
+  // Past a preemption deadline: gives up every save in flight that is not
+  // committing (watchdog thread).
+  void AbandonAtDeadline() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string root_;
   const EngineOptions options_;

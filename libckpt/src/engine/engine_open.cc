@@ -89,13 +89,11 @@ absl::Status EngineImpl::Start() {
     host_copier_ = std::make_unique<ParallelCopier>(
         options_.staging_threads > 0 ? options_.staging_threads : ParallelCopier::DefaultThreads());
   }
-  if (options_.watchdog_timeout > absl::ZeroDuration() ||
-      options_.stall_timeout > absl::ZeroDuration()) {
-    watchdog_ = std::thread([this] {
-      BecomeBackgroundThread("ckpt-watchdog", 0);
-      Watch();
-    });
-  }
+  // (Always: it also enforces a preemption deadline.)
+  watchdog_ = std::thread([this] {
+    BecomeBackgroundThread("ckpt-watchdog", 0);
+    Watch();
+  });
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@
 #include "format/names.h"
 #include "io/io_executor.h"
 #include "io/small_file.h"
+#include "preemption/preemption_state.h"
 #include "util/background_thread.h"
 #include "util/hash.h"
 #include "util/log.h"
@@ -436,8 +437,14 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     part.base_step = manifest.base_step;
     part.delta_mode = manifest.delta_mode;
     part.replicated_fingerprint = job.replicated_fingerprint;
-    CKPT_RETURN_IF_ERROR(committer->CommitPart(job.step(), job.temp_dir, job.final_name, part,
-                                               job.extras_json, [&job] { return job.abort.load(); }));
+    // A preemption deadline ends the wait for the other ranks too: the save
+    // commits only if every rank's part is durable within the grace.
+    CKPT_RETURN_IF_ERROR(committer->CommitPart(
+        job.step(), job.temp_dir, job.final_name, part, job.extras_json, [&job] {
+          if (job.abort.load()) return true;
+          const auto deadline = PreemptionDeadline();
+          return deadline.has_value() && Clock::now() >= *deadline;
+        }));
   }
   KillPoint("commit.done");
   if (reference_ != nullptr) {

@@ -21,6 +21,7 @@
 #include "format/manifest.h"
 #include "format/names.h"
 #include "format/shard_plan.h"
+#include "preemption/preemption_state.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 
@@ -188,6 +189,11 @@ absl::Status EngineImpl::AdmitStep(int64_t step) {
       return absl::AlreadyExistsError(absl::StrCat("step ", step, " is already being saved"));
     }
   }
+  if (auto deadline = PreemptionDeadline(); deadline.has_value() && Clock::now() >= *deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "save of step ", step, " in ", root_, " refused: the preemption grace after ",
+        SignalName(PreemptionSignal()), " ran out (ckpt/preemption.h)"));
+  }
   auto existing = fs_->Stat(JoinPath(root_, CheckpointDirName(step)));
   if (existing.ok()) {
     return absl::AlreadyExistsError(
@@ -271,6 +277,7 @@ void EngineImpl::TrackInFlight(const std::shared_ptr<SaveJob>& job) {
   ++stats_.saves_started;
   inflight_.push_back(job);
   steps_in_flight_.insert(job->step());
+  AddProcessSavesInFlight(1);
 }
 
 void EngineImpl::Stage(StagingRequest request, const CallerClock& clock) {

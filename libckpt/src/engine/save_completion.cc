@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/engine_impl.h"
 #include "engine/metrics.h"
+#include "preemption/preemption_state.h"
 #include "util/log.h"
 
 namespace ckpt::internal {
@@ -23,6 +24,7 @@ void EngineImpl::OnSaveDone(SaveJob& job, const absl::Status& outcome, const Sav
     if (it != inflight_.end()) {
       owned = *it;
       inflight_.erase(it);
+      AddProcessSavesInFlight(-1);
     }
     steps_in_flight_.erase(job.step());
     if (outcome.ok()) {

@@ -1,31 +1,43 @@
 // The engine's watchdog thread: warns once about a save that made no
-// progress for `watchdog_timeout` (and calls `on_stall`), and gives a save
-// up after `stall_timeout`.
+// progress for `watchdog_timeout` (and calls `on_stall`), gives a save up
+// after `stall_timeout`, and abandons every save not durable by a
+// preemption deadline (ckpt/preemption.h).
 #include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/engine_impl.h"
+#include "preemption/preemption_state.h"
 #include "util/log.h"
 
 namespace ckpt::internal {
 
 // Watches the oldest save not given up yet: warns once after
 // `watchdog_timeout` without progress, gives it up after `stall_timeout`.
+// Past a preemption deadline, gives up every save in flight.
 void EngineImpl::Watch() {
   const absl::Duration warn_after = options_.watchdog_timeout;
   const absl::Duration give_up_after = options_.stall_timeout;
   absl::Duration shortest = absl::InfiniteDuration();
   if (warn_after > absl::ZeroDuration()) shortest = warn_after;
   if (give_up_after > absl::ZeroDuration()) shortest = std::min(shortest, give_up_after);
+  // (At most 200 ms: a preemption is noticed that soon.)
   const absl::Duration period =
-      std::clamp(shortest / 4, absl::Milliseconds(10), absl::Seconds(1));
+      std::clamp(shortest / 4, absl::Milliseconds(10), absl::Milliseconds(200));
   MutexLock lock(&mu_);
   while (!watchdog_stop_) {
-    mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return watchdog_stop_; },
-                         period);
+    absl::Duration wait = period;
+    const auto deadline = PreemptionDeadline();
+    if (deadline.has_value() && Clock::now() < *deadline) {
+      wait = std::min(period, absl::FromChrono(*deadline - Clock::now()));
+    }
+    mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return watchdog_stop_; }, wait);
     if (watchdog_stop_) continue;
+    if (deadline.has_value() && Clock::now() >= *deadline) {
+      AbandonAtDeadline();
+      continue;
+    }
     auto live = std::find_if(inflight_.begin(), inflight_.end(),
                              [](const auto& j) { return !j->expired(); });
     if (live == inflight_.end()) continue;
@@ -59,6 +71,21 @@ void EngineImpl::Watch() {
       mu_.Lock();
     }
   }
+}
+
+void EngineImpl::AbandonAtDeadline() {
+  bool abandoned_any = false;
+  for (const std::shared_ptr<SaveJob>& job : inflight_) {
+    if (job->expired()) continue;
+    absl::Status error = absl::DeadlineExceededError(absl::StrCat(
+        "save of step ", job->step(), " in ", root_, " abandoned: not durable when the preemption grace after ",
+        SignalName(PreemptionSignal()), " ran out; nothing committed, the previous checkpoint stays the latest"));
+    if (!job->Expire(error)) continue;  // done, or committing (it finishes)
+    ++stats_.saves_given_up;
+    failed_.emplace_back(job, error);  // (logged once the persister is done with it)
+    abandoned_any = true;
+  }
+  if (abandoned_any) pool_.WakeWaiters();  // a stager waiting for staging memory stops
 }
 
 }  // namespace ckpt::internal
