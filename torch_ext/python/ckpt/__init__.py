@@ -25,12 +25,15 @@ from .errors import (CheckpointError, CheckpointNotFoundError, CheckpointStalled
                      CorruptCheckpointError)
 from .exporting import export  # noqa: E402
 from .loading import SkippedCheckpointWarning, describe, list_steps, load, verify  # noqa: E402
+from .preemption import (handle_preemption, preempted, preemption_signal,  # noqa: E402
+                         preemption_time_left, stop_handling_preemption)
 
 __version__ = "0.1.0"
 __all__ = ["Checkpointer", "AsyncSaveResponse", "load", "list_steps", "describe", "verify", "export",
            "CheckpointError", "CheckpointNotFoundError", "CheckpointStalledError",
            "CorruptCheckpointError",
-           "SkippedCheckpointWarning", "library_path"]
+           "SkippedCheckpointWarning", "library_path", "handle_preemption", "preempted",
+           "preemption_signal", "preemption_time_left", "stop_handling_preemption"]
 
 
 def library_path():

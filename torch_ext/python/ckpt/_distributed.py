@@ -48,6 +48,21 @@ def resolve_group(process_group):
     return process_group if process_group.size() > 1 else None
 
 
+def any_rank(flag, process_group):
+    """True on every rank of `process_group` if `flag` is True on any (a
+    collective: an all_reduce of one integer, on the device the group's
+    backend reduces on)."""
+    import torch
+    dist = _dist()
+    backend = str(dist.get_backend(process_group))
+    device = "cpu"
+    if "gloo" not in backend and "nccl" in backend:
+        device = torch.device("cuda", torch.cuda.current_device())
+    value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=process_group)
+    return bool(value.item())
+
+
 def check_group(process_group):
     """`process_group` given to load(): a ProcessGroup, else TypeError."""
     dist = _dist()

@@ -2,13 +2,14 @@
 import atexit
 import concurrent.futures
 import json
+import signal
 import threading
 import time
 import weakref
 
 import torch
 
-from . import _distributed, _lib, _tree
+from . import _distributed, _lib, _tree, preemption
 from ._options import _check_options, _flag, _number
 from ._saves import _Future, _Saves, _earlier_failure, _error
 from .errors import translate
@@ -158,6 +159,7 @@ class Checkpointer:
         self._lock = threading.Lock()
         self._saves = _Saves()
         self._closed = False
+        self._preempted = False  # agreed by every rank, once True
         weakref.finalize(self, self._saves.stop).atexit = False
         _live.add(self)
 
@@ -254,6 +256,35 @@ class Checkpointer:
     def _wait_pending(self, what):
         self._refuse_in_callback(what)
         concurrent.futures.wait([r.upload_completion for r in self._saves.pending()])
+
+    # -- preemption -------------------------------------------------------
+
+    def handle_preemption(self, signals=(signal.SIGTERM,), grace_s=25.0, exit_at_deadline=True):
+        """Makes the process preemptible (ckpt.handle_preemption, process-wide): a
+        listed signal no longer ends it at once. Read `preempted` at each step
+        boundary; when True, take a final save (save(), synchronous) and leave the
+        loop: saves in flight commit first, close() waits for them. What is not
+        durable grace_s after the signal is abandoned cleanly (the previous
+        checkpoint stays the latest) and, with exit_at_deadline, the process then
+        ends as the signal would have ended it. A second signal ends it at once.
+        With a process group, call it on every rank (torchrun forwards SIGTERM to
+        every worker)."""
+        preemption.handle_preemption(signals, grace_s, exit_at_deadline)
+
+    @property
+    def preempted(self):
+        """True once a handled signal arrived (see handle_preemption); never blocks
+        in a single process. With a process group it is True on every rank as soon
+        as one rank got the signal, so that all take their final save at the same
+        step: reading it is then a collective (an all_reduce of one integer over
+        the group), to be read on every rank at the same step boundary."""
+        if self._preempted:
+            return True
+        flag = preemption.preempted()
+        if self.process_group is not None:
+            flag = _distributed.any_rank(flag, self.process_group)
+        self._preempted = flag
+        return flag
 
     # -- state ------------------------------------------------------------
 
