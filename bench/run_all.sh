@@ -14,7 +14,7 @@
 # lines), and append NAME to BENCHES.
 set -euo pipefail
 
-BENCHES=(io async_save delta chain_restore torch_api real_state background_priority peers distributed reshard)
+BENCHES=(io async_save delta chain_restore torch_api real_state preemption background_priority peers distributed reshard)
 
 # bench_io DATA_DIR: durable write and cold restore per I/O backend vs fio.
 bench_io() {
@@ -82,6 +82,15 @@ bench_real_state() {
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/real_state_bench.py" "${args[@]}"
+}
+
+# bench_preemption DATA_DIR: SIGTERM to the final save being durable, with and
+# without a save in flight, in a child training the real_state GPT.
+bench_preemption() {
+  local args=(--dir="$1/preemption")
+  ((QUICK)) && args+=(--quick)
+  PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
+    "$PYTHON" "$ROOT/bench/preemption_bench.py" "${args[@]}"
 }
 
 # bench_background_priority DATA_DIR: a 2-thread CPU training loop's step time
