@@ -8,8 +8,9 @@
 # and `ckpt-restore` work from anywhere), then runs
 # torch_ext/examples/train_resume.py: a small transformer trained with
 # asynchronous exact-delta checkpoints, killed with SIGKILL, recovered with
-# `ckpt-restore --latest --verify` and ckpt.load, and resumed; it exits 0 only
-# if the resumed losses and final state equal the uninterrupted run's.
+# `ckpt-restore --latest --verify` and ckpt.load, and resumed, then preempted
+# with SIGTERM (a final save, a clean exit) and resumed again; it exits 0 only
+# if both resumed runs' losses and final state equal the uninterrupted run's.
 # Idempotent: apt and pip run only for what is missing, the build is
 # incremental, the install overwrites, the demo works in a fresh temp dir.
 # Arguments are passed to train_resume.py (e.g. --steps 60 --work DIR).

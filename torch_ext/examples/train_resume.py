@@ -13,7 +13,11 @@
    checkpoint that fully verifies; ckpt.load reads it back.
 4. Resumes from it in a fresh process and trains to --steps.
 5. Checks that every resumed loss, and the final parameters and optimizer
-   state (SHA-256 of their bytes), equal the uninterrupted run's. Exit 0 if so.
+   state (SHA-256 of their bytes), equal the uninterrupted run's.
+6. Preemption: runs the training again with cp.handle_preemption() and sends
+   it SIGTERM at step --term-at, as a scheduler would; the worker takes a
+   final save at its next step boundary and exits by itself. Resumes from
+   that final step and checks the same again. Exit 0 if all holds.
 
 Needs the ckpt package (cmake --install, or PYTHONPATH=torch_ext/python with
 a build tree) and ckpt-restore (on PATH, or --ckpt-restore).
@@ -105,6 +109,8 @@ def worker(args):
         emit({"event": "resumed", "step": state["step"]})
     torch_save_path = os.path.join(args.root, "..", f"torch_save-{os.getpid()}.pt")
     with ckpt.Checkpointer(args.root, delta="exact", full_every=4) as cp:
+        if args.preemptible:
+            cp.handle_preemption(grace_s=25)  # SIGTERM: finish, save, exit
         pending = None
         for step in range(first, args.steps + 1):
             t0 = time.perf_counter()
@@ -115,6 +121,12 @@ def worker(args):
             optimizer.step()
             emit({"event": "step", "step": step, "loss": loss.item(),
                   "step_ms": 1e3 * (time.perf_counter() - t0)})
+            if args.preemptible and cp.preempted:
+                t0 = time.perf_counter()
+                stats = cp.save(step, state_of(model, optimizer, step))  # durable on return
+                emit({"event": "preempted", "step": step, "kind": stats.get("kind", "full"),
+                      "final_save_ms": 1e3 * (time.perf_counter() - t0)})
+                break
             if step % args.every:
                 continue
             if pending is not None and pending.done():
@@ -152,13 +164,15 @@ def emit(obj):
 # -- the driver --------------------------------------------------------------------
 
 
-def run_worker(args, root, *, resume=False, compare=False, kill_at=None, on_line=None):
+def run_worker(args, root, *, resume=False, compare=False, kill_at=None, term_at=None, on_line=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--root", root,
            "--steps", str(args.steps), "--every", str(args.every), "--threads", str(args.threads)]
     if resume:
         cmd.append("--resume")
     if compare:
         cmd.append("--compare-torch-save")
+    if term_at is not None:
+        cmd.append("--preemptible")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     events = []
     killed = False
@@ -171,6 +185,8 @@ def run_worker(args, root, *, resume=False, compare=False, kill_at=None, on_line
             os.kill(proc.pid, signal.SIGKILL)  # no cleanup, no atexit, saves in flight die
             killed = True
             break
+        if term_at is not None and ev.get("event") == "step" and ev["step"] == term_at:
+            os.kill(proc.pid, signal.SIGTERM)  # as Slurm or Kubernetes would: then a grace
     rc = proc.wait()
     proc.stdout.close()
     if killed:
@@ -227,6 +243,8 @@ def main():
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--every", type=int, default=4)
     p.add_argument("--kill-at", type=int, default=26)
+    p.add_argument("--term-at", type=int, default=None,
+                   help="step at which the preempted run gets SIGTERM (default: 0.4 x --steps + 1)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads in each training process (1 leaves a core to the background writer)")
     p.add_argument("--ckpt-restore", help="path of ckpt-restore (default: PATH, then the build tree)")
@@ -234,10 +252,15 @@ def main():
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--root", help=argparse.SUPPRESS)
     p.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--preemptible", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--compare-torch-save", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    if args.term_at is None:
+        args.term_at = args.steps * 2 // 5 + 1
+    if not 1 <= args.term_at < args.steps:
+        p.error(f"--term-at {args.term_at} must be in 1..{args.steps - 1}")
 
     import ckpt  # noqa: F401 -- fail early if the package is missing
     restore_tool = find_ckpt_restore(args.ckpt_restore)
@@ -252,7 +275,7 @@ def main():
         f"torch {torch.__version__}, ckpt from {os.path.dirname(ckpt.__file__)}")
     started = time.perf_counter()
 
-    say("\n[1/4] uninterrupted run, timing each checkpoint against torch.save of the same state")
+    say("\n[1/5] uninterrupted run, timing each checkpoint against torch.save of the same state")
     run_a = run_worker(args, root_a, compare=True)
     print_save_table(run_a)
     losses_a = {e["step"]: e["loss"] for e in run_a if e["event"] == "step"}
@@ -261,11 +284,11 @@ def main():
         f"median {step_ms[len(step_ms) // 2]:.0f} ms per step")
     digest_a = next(e["digest"] for e in run_a if e["event"] == "done")
 
-    say(f"\n[2/4] the same run in a child process, killed with SIGKILL at step {args.kill_at}")
+    say(f"\n[2/5] the same run in a child process, killed with SIGKILL at step {args.kill_at}")
     run_worker(args, root_b, kill_at=args.kill_at)
     say(f"  left behind in {root_b}: {', '.join(sorted(os.listdir(root_b)))}")
 
-    say(f"\n[3/4] recovery: {os.path.basename(restore_tool)} --root {root_b} --latest --verify")
+    say(f"\n[3/5] recovery: {os.path.basename(restore_tool)} --root {root_b} --latest --verify")
     out = subprocess.run([restore_tool, "--root", root_b, "--latest", "--verify"],
                          capture_output=True, text=True)
     for line in (out.stdout + out.stderr).strip().splitlines():
@@ -277,7 +300,7 @@ def main():
         f"{len(state['optim']['state'])} optimizer-state entries (int keys: "
         f"{all(isinstance(k, int) for k in state['optim']['state'])})")
 
-    say(f"\n[4/4] resume from step {step} in a fresh process, train to step {args.steps}")
+    say(f"\n[4/5] resume from step {step} in a fresh process, train to step {args.steps}")
     run_c = run_worker(args, root_b, resume=True)
     resumed_from = next(e["step"] for e in run_c if e["event"] == "resumed")
     losses_c = {e["step"]: e["loss"] for e in run_c if e["event"] == "step"}
@@ -291,13 +314,37 @@ def main():
     say(f"  final parameters + optimizer state, SHA-256: uninterrupted {digest_a[:16]}…, "
         f"resumed {digest_c[:16]}…")
     ok = not mismatched and digest_a == digest_c and resumed_from == step
+
+    root_p = os.path.join(work, "preempted")
+    shutil.rmtree(root_p, ignore_errors=True)
+    say(f"\n[5/5] preemption: a run with cp.handle_preemption(grace_s=25) gets SIGTERM at step "
+        f"{args.term_at}")
+    run_p = run_worker(args, root_p, term_at=args.term_at)
+    final = next((e for e in run_p if e["event"] == "preempted"), None)
+    if final is None:
+        sys.exit("train_resume: the preempted run did not take a final save")
+    latest = ckpt.list_steps(root_p)[-1]
+    say(f"  final save of step {final['step']} ({final['kind']}) durable {final['final_save_ms']:.0f} ms "
+        f"after the loop saw the signal; the worker exited by itself; newest checkpoint: step {latest}; "
+        f"left behind: {', '.join(sorted(os.listdir(root_p)))}")
+    run_q = run_worker(args, root_p, resume=True)
+    losses_q = {e["step"]: e["loss"] for e in run_q if e["event"] == "step"}
+    digest_q = next(e["digest"] for e in run_q if e["event"] == "done")
+    resumed_q = next(e["step"] for e in run_q if e["event"] == "resumed")
+    mismatched_q = [s for s in losses_q if losses_q[s] != losses_a[s]]
+    say(f"  resumed from step {resumed_q}: {len(losses_q) - len(mismatched_q)} of {len(losses_q)} losses "
+        f"and the final state ({digest_q[:16]}…) {'equal' if not mismatched_q and digest_q == digest_a else 'differ from'} "
+        f"the uninterrupted run's")
+    ok = ok and not mismatched_q and digest_q == digest_a and resumed_q == final["step"] == latest
     elapsed = time.perf_counter() - started
     if ok:
-        say(f"\nOK: resumed from step {resumed_from}; all {len(losses_c)} resumed losses and the final "
-            f"state are bit-identical to the uninterrupted run ({elapsed:.0f} s)")
+        say(f"\nOK: resumed from step {resumed_from} after SIGKILL and from step {resumed_q} after "
+            f"SIGTERM; every resumed loss and the final state are bit-identical to the uninterrupted "
+            f"run ({elapsed:.0f} s)")
     else:
-        say(f"\nFAIL: {len(mismatched)} losses differ (first: step {min(mismatched) if mismatched else '-'}), "
-            f"digests {'equal' if digest_a == digest_c else 'differ'}")
+        say(f"\nFAIL: {len(mismatched) + len(mismatched_q)} losses differ "
+            f"(first: step {min(mismatched + mismatched_q) if mismatched + mismatched_q else '-'}), "
+            f"digests {'equal' if digest_a == digest_c == digest_q else 'differ'}")
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
