@@ -31,22 +31,12 @@ namespace {
 using Json = nlohmann::ordered_json;
 using testing::OwnedTensor;
 using testing::RandomTensor;
+using testing::ReadText;
 using testing::ScratchDir;
+using testing::WriteText;
 
 constexpr int kSaves = 11;
 constexpr char kTrailerHead[] = ",\n \"manifest_xxh3\": \"";
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
 
 // Floats near 1 (byte planes compress them), `n` of them.
 OwnedTensor SmoothTensor(const std::string& name, size_t n, uint64_t seed) {

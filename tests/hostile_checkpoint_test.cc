@@ -31,22 +31,12 @@ namespace {
 using Json = nlohmann::ordered_json;
 using testing::OwnedTensor;
 using testing::RandomTensor;
+using testing::ReadText;
 using testing::ScratchDir;
+using testing::WriteText;
 using testing::Views;
 
 constexpr char kTrailerHead[] = ",\n \"manifest_xxh3\": \"";
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
 
 // Every entry under `dir` (recursively) with its size: what must not change.
 std::map<std::string, uintmax_t> Listing(const std::string& dir) {

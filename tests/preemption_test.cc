@@ -61,14 +61,7 @@ std::vector<OwnedTensor> State(int64_t step, int layers = 6) {
 
 bool Exists(const std::string& path) { return std::filesystem::exists(path); }
 
-void Touch(const std::string& path, const std::string& text = "") {
-  std::ofstream(path) << text;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+void Touch(const std::string& path, const std::string& text = "") { testing::WriteText(path, text); }
 
 // --- The parent's side ------------------------------------------------
 
@@ -124,6 +117,18 @@ int AwaitExit(pid_t pid, absl::Duration timeout = kDeadline) {
   return status;
 }
 
+// Runs `scenario` in a child in `dir`, sends it SIGTERM once its save is in
+// flight (DIR/in-flight), and returns its wait status (-1 if it did not get
+// that far) and, in `signalled`, when the signal was sent.
+int SignalledChild(const std::string& scenario, const ScratchDir& dir,
+                   absl::Time* signalled = nullptr) {
+  const pid_t pid = SpawnChild(scenario, dir.path());
+  if (pid <= 0 || !AwaitFile(pid, dir.Join("in-flight"))) return -1;
+  if (signalled != nullptr) *signalled = absl::Now();
+  EXPECT_EQ(::kill(pid, SIGTERM), 0);
+  return AwaitExit(pid);
+}
+
 std::vector<int64_t> Steps(const std::string& root) {
   std::vector<int64_t> steps;
   auto listed = ListCheckpoints(root);
@@ -135,7 +140,7 @@ std::vector<int64_t> Steps(const std::string& root) {
 }
 
 std::string Latest(const std::string& root) {
-  std::string latest = Slurp(root + "/LATEST");
+  std::string latest = testing::ReadText(root + "/LATEST");
   while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
   return latest;
 }
@@ -205,11 +210,7 @@ TEST(PreemptionWatchTest, OneAtATimeAndUninstallPutsTheEarlierHandlerBack) {
 // process exits by itself.
 TEST(PreemptionTest, SigtermLetsTheSaveInFlightAndAFinalSaveCommit) {
   ScratchDir dir;
-  const pid_t pid = SpawnChild("drain", dir.path());
-  ASSERT_GT(pid, 0);
-  ASSERT_TRUE(AwaitFile(pid, dir.Join("in-flight")));
-  ASSERT_EQ(::kill(pid, SIGTERM), 0);
-  const int status = AwaitExit(pid);
+  const int status = SignalledChild("drain", dir);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   const std::string root = dir.Join("root");
   EXPECT_EQ(Steps(root), (std::vector<int64_t>{1, 2, 3}));
@@ -219,19 +220,15 @@ TEST(PreemptionTest, SigtermLetsTheSaveInFlightAndAFinalSaveCommit) {
   testing::ExpectCheckpointEquals(root, 3, State(3));
   // The child saw the save of step 2 still in flight when it learnt of the
   // signal (the disk is slowed to seconds per save).
-  EXPECT_EQ(Slurp(dir.Join("outcome")), "step 2 in flight at the signal");
+  EXPECT_EQ(testing::ReadText(dir.Join("outcome")), "step 2 in flight at the signal");
 }
 
 // A save not durable by the deadline is abandoned: its waiter learns it,
 // nothing of it stays, and the process ends killed by SIGTERM.
 TEST(PreemptionTest, AtTheDeadlineSavesInFlightAreAbandonedAndTheProcessEnds) {
   ScratchDir dir;
-  const pid_t pid = SpawnChild("deadline", dir.path());
-  ASSERT_GT(pid, 0);
-  ASSERT_TRUE(AwaitFile(pid, dir.Join("in-flight")));
-  const absl::Time signalled = absl::Now();
-  ASSERT_EQ(::kill(pid, SIGTERM), 0);
-  const int status = AwaitExit(pid);
+  absl::Time signalled;
+  const int status = SignalledChild("deadline", dir, &signalled);
   const absl::Duration took = absl::Now() - signalled;
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
   // grace 1 s; cleanup allowance 3 s; scheduling slack.
@@ -248,14 +245,10 @@ TEST(PreemptionTest, AtTheDeadlineSavesInFlightAreAbandonedAndTheProcessEnds) {
 // refused.
 TEST(PreemptionTest, WithoutEndingTheProcessSavesAreAbandonedAndRefused) {
   ScratchDir dir;
-  const pid_t pid = SpawnChild("deadline_keep_running", dir.path());
-  ASSERT_GT(pid, 0);
-  ASSERT_TRUE(AwaitFile(pid, dir.Join("in-flight")));
-  ASSERT_EQ(::kill(pid, SIGTERM), 0);
-  const int status = AwaitExit(pid);
+  const int status = SignalledChild("deadline_keep_running", dir);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   // (What the waiter of the abandoned save and a later SaveAsync got.)
-  const std::string outcome = Slurp(dir.Join("outcome"));
+  const std::string outcome = testing::ReadText(dir.Join("outcome"));
   EXPECT_NE(outcome.find("DEADLINE_EXCEEDED"), std::string::npos) << outcome;
   EXPECT_NE(outcome.find("preemption grace after SIGTERM ran out"), std::string::npos) << outcome;
   EXPECT_NE(outcome.find("refused"), std::string::npos) << outcome;

@@ -17,8 +17,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -127,6 +129,18 @@ void RemoveTree(const std::string& path) {
 bool IsRootLockFile(const std::string& name) {
   return name == RootLockFileName(RootLockKind::kWriter) ||
          name == RootLockFileName(RootLockKind::kRetention);
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
 }
 
 std::vector<std::string> Leftovers(const std::string& root) {

@@ -80,6 +80,11 @@ std::string SweepScratchBase();
 // Removes `path` recursively (best effort).
 void RemoveTree(const std::string& path);
 
+// A whole file's bytes ("" if it cannot be read), and a file written whole
+// (created or truncated).
+std::string ReadText(const std::string& path);
+void WriteText(const std::string& path, const std::string& text);
+
 // True for the lock files of a root (ckpt/root_lock.h): engines and
 // retention jobs leave them by design.
 bool IsRootLockFile(const std::string& name);
