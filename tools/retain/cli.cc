@@ -2,6 +2,7 @@
 #include "retain/cli.h"
 
 #include "ckpt/log.h"
+#include "ckpt/maintenance.h"
 
 #include <stdlib.h>
 
@@ -73,8 +74,9 @@ FlagSet MakeFlagSet(RetainFlags* flags) {
           "Move checkpoints no rule keeps to DIR (another file system is fine) instead of "
           "deleting them: copy, fsync, verify, rename, fsync, then remove the hot copy.");
   set.Add("stale-temp-age", "D", &policy.stale_temp_age,
-          "Remove .tmp-* (abandoned saves and compactions), .trash-* and stale O_DIRECT probe "
-          "files untouched for D (default 1h).");
+          "While a writer holds ROOT's lock, still remove its .tmp-step-* saves untouched for D "
+          "(a hung writer; default 1h). Other orphans (.trash-*, compaction and copy temps, "
+          "stale O_DIRECT probes; saves when no writer is alive) go whatever their age.");
   set.AddBool("compact", &policy.compact,
               "On by default: rewrite a kept delta as a full checkpoint when that frees more "
               "bytes than it writes, so that its bases can go; and write a delta that moves to "
@@ -84,7 +86,7 @@ FlagSet MakeFlagSet(RetainFlags* flags) {
   set.AddBool("dry-run", &policy.dry_run, "Print the plan, compactions included; change nothing.");
   set.AddBool("json", &flags->json,
               "Print one JSON object per action (action, name, step, reason, dry_run, done, "
-              "error) instead of text; library log lines on stderr are limited to warnings.");
+              "bytes, error) instead of text; library log lines on stderr are limited to warnings.");
   return set;
 }
 
@@ -106,11 +108,14 @@ void Print(const RetentionAction& a, bool dry_run, bool json, std::ostream& out)
                         {"reason", a.reason},           {"dry_run", dry_run},
                         {"done", a.done}};
     if (a.step >= 0) j["step"] = a.step;
+    if (a.kind == RetentionAction::Kind::kRemoveStale) j["bytes"] = a.bytes;
     if (!a.error.empty()) j["error"] = a.error;
     out << j.dump() << "\n";
   } else {
+    const std::string size =
+        a.kind == RetentionAction::Kind::kRemoveStale ? absl::StrCat("; ", HumanBytes(a.bytes)) : "";
     out << (dry_run ? "would " : "") << ActionName(a.kind) << " " << a.name << " (" << a.reason
-        << ")" << (a.error.empty() ? "" : absl::StrCat(": FAILED: ", a.error)) << "\n";
+        << size << ")" << (a.error.empty() ? "" : absl::StrCat(": FAILED: ", a.error)) << "\n";
   }
 }
 

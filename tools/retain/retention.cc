@@ -56,54 +56,120 @@ absl::Status PlaceInCold(const std::shared_ptr<FileSystem>& fs, const std::strin
     CompactOptions options;
     options.target_root = cold;
     options.fs = fs;
+    options.holds_retention_lock = true;  // of ROOT and of `cold`
     return CompactToFull(root, hot.step, options).status();
   }
   return CopyCheckpoint(root, hot.step, cold, fs).status();
 }
 
-// Whether a root entry is debris that `StaleEntries` may remove once old.
-bool IsDebris(RootEntryKind kind) {
-  switch (kind) {
-    case RootEntryKind::kSaveTemp:
-    case RootEntryKind::kCompactTemp:
-    case RootEntryKind::kCopyTemp:
-    case RootEntryKind::kOtherTemp:
-    case RootEntryKind::kTrash:
-    case RootEntryKind::kDirectProbe:
-      return true;
-    default:
-      return false;
+// How long ago anything in `path` (an entry of a root) last changed: a save
+// in progress keeps writing inside its temp dir, so its age is that of the
+// most recently modified thing in it. Unknown: zero.
+absl::Duration Age(FileSystem& fs, const std::string& path, absl::Time now) {
+  auto stat = fs.Stat(path);
+  if (!stat.ok()) return absl::ZeroDuration();
+  int64_t newest_ns = stat->mtime_ns;
+  if (stat->is_directory && !stat->is_symlink) {
+    auto inner = fs.ListDir(path);
+    for (const std::string& file : inner.ok() ? *inner : std::vector<std::string>{}) {
+      auto inner_stat = fs.Stat(absl::StrCat(path, "/", file));
+      if (inner_stat.ok()) newest_ns = std::max(newest_ns, inner_stat->mtime_ns);
+    }
   }
+  return now - absl::FromUnixNanos(newest_ns);
 }
 
-// The stale temp, trash and probe entries of `root`.
-std::vector<RetentionAction> StaleEntries(FileSystem& fs, const std::string& root, absl::Duration max_age,
-                                          absl::Time now) {
+RetentionAction Orphan(const std::string& name, absl::string_view reason, uint64_t bytes) {
+  RetentionAction a{RetentionAction::Kind::kRemoveStale, name, -1, std::string(reason), false, ""};
+  a.bytes = bytes;
+  return a;
+}
+
+// The saves in progress (`.tmp-step-*`) of `root`. With no writer alive --
+// its lock taken, here, without waiting -- they are a dead writer's: each is
+// renamed to a `.trash-` name and ROOT fsynced, the writer lock released at
+// once (a trainer starting now is refused only for those renames), and the
+// trash is left for `ReclaimOrphans`; `trashed` maps each trash name to the
+// temp it was. With a writer alive, only those untouched for
+// `policy.stale_temp_age` go (a writer hung for that long); the writer's
+// saves in progress are otherwise never touched. A dry run renames nothing.
+std::vector<RetentionAction> SaveTemps(const std::shared_ptr<FileSystem>& fs, const std::string& root,
+                                       const RetentionPolicy& policy, absl::Time now,
+                                       std::map<std::string, std::string>& trashed) {
   std::vector<RetentionAction> actions;
-  auto names = fs.ListDir(root);
+  auto names = fs->ListDir(root);
   if (!names.ok()) return actions;
   std::sort(names->begin(), names->end());
+  std::vector<std::string> temps;
   for (const std::string& name : *names) {
-    if (!IsDebris(ClassifyRootEntry(name))) continue;
-    // A save in progress keeps writing inside its temp dir: its age is that
-    // of the most recently modified thing in it.
-    const std::string path = absl::StrCat(root, "/", name);
-    auto stat = fs.Stat(path);
-    if (!stat.ok()) continue;
-    int64_t newest_ns = stat->mtime_ns;
-    if (stat->is_directory && !stat->is_symlink) {
-      auto inner = fs.ListDir(path);
-      for (const std::string& file : inner.ok() ? *inner : std::vector<std::string>{}) {
-        auto inner_stat = fs.Stat(absl::StrCat(path, "/", file));
-        if (inner_stat.ok()) newest_ns = std::max(newest_ns, inner_stat->mtime_ns);
+    if (ClassifyRootEntry(name) == RootEntryKind::kSaveTemp) temps.push_back(name);
+  }
+  if (temps.empty()) return actions;  // no need to touch the writer's lock
+  auto writer = LockRoot(root, RootLockKind::kWriter, "ckpt-retain", fs.get());
+  if (writer.ok()) {
+    constexpr absl::string_view kDead = "a save its writer did not finish; no writer holds the lock";
+    if (policy.dry_run) {
+      writer->reset();
+      for (const std::string& name : temps) {
+        actions.push_back(Orphan(name, kDead, TreeBytes(*fs, root + "/" + name).value_or(0)));
       }
+      return actions;
     }
-    const absl::Duration age = now - absl::FromUnixNanos(newest_ns);
-    if (age >= max_age) {
-      actions.push_back({RetentionAction::Kind::kRemoveStale, name, -1,
-                         absl::StrCat("untouched for ", absl::FormatDuration(absl::Trunc(age, absl::Seconds(1)))),
-                         false, ""});
+    auto moved = TrashSaveTemps(root, fs);
+    writer->reset();  // the renames are done: a trainer may open ROOT again
+    if (!moved.ok()) {
+      RetentionAction a = Orphan(".tmp-step-*", kDead, 0);
+      a.error = std::string(moved.status().message());
+      actions.push_back(std::move(a));
+      return actions;
     }
+    for (const TrashedSaveTemp& t : *moved) trashed[t.trash] = t.name;
+    return actions;  // reported with the trash they became
+  }
+  // A writer is alive (or its lock cannot be used: no proof that none is).
+  for (const std::string& name : temps) {
+    const std::string path = root + "/" + name;
+    const absl::Duration age = Age(*fs, path, now);
+    if (age < policy.stale_temp_age) continue;
+    RetentionAction a = Orphan(
+        name,
+        absl::StrCat("untouched for ", absl::FormatDuration(absl::Trunc(age, absl::Seconds(1))),
+                     " while a writer holds the lock"),
+        TreeBytes(*fs, path).value_or(0));
+    if (!policy.dry_run) {
+      absl::Status s = RemoveTree(*fs, path);
+      a.done = s.ok() || absl::IsNotFound(s);
+      if (!a.done) a.error = std::string(s.message());
+    }
+    actions.push_back(std::move(a));
+  }
+  return actions;
+}
+
+// The orphans of dead jobs in `dir` (ROOT or the cold tier, whose retention
+// lock this job holds: no compaction, copy or removal of another job can be
+// running there), removed whatever their age (listed in a dry run). Names
+// are `prefix` + the entry; `trashed` names the save temps that became trash.
+std::vector<RetentionAction> JobDebris(const std::shared_ptr<FileSystem>& fs, const std::string& dir,
+                                       const std::string& prefix, bool dry_run,
+                                       const std::map<std::string, std::string>& trashed) {
+  std::vector<RetentionAction> actions;
+  ReclaimScope scope;
+  scope.job_debris = true;
+  scope.dry_run = dry_run;
+  auto reclaimed = ReclaimOrphans(dir, scope, fs);
+  if (!reclaimed.ok()) return actions;
+  for (const ReclaimedEntry& e : reclaimed->entries) {
+    auto it = trashed.find(e.name);
+    RetentionAction a =
+        it != trashed.end()
+            ? Orphan(prefix + it->second, "a save its writer did not finish; no writer holds the lock", e.bytes)
+            : Orphan(prefix + e.name,
+                     absl::StrCat(RootEntryKindName(e.kind), " of a dead job; this job holds the retention lock"),
+                     e.bytes);
+    a.done = e.status.ok() && !dry_run;
+    if (!e.status.ok()) a.error = std::string(e.status.message());
+    actions.push_back(std::move(a));
   }
   return actions;
 }
@@ -135,6 +201,7 @@ void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
     RetentionAction& a = actions[step];
     CompactOptions options;
     options.fs = fs;
+    options.holds_retention_lock = true;
     auto stats = CompactToFull(root, step, options);
     a.done = stats.ok();
     if (stats.ok()) {
@@ -247,6 +314,17 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   // happens under this lock.
   auto lock = LockRoot(root, RootLockKind::kRetention, "ckpt-retain", fs.get());
   if (!lock.ok()) return lock.status();  // kUnavailable: another job runs (exit code 4)
+  // And of the cold tier: its `.tmp-copy-*`/`.tmp-compact-*` are then this
+  // job's or a dead one's, never a live job's (another root's retention may
+  // share the cold dir: it waits for the next run, as on ROOT).
+  absl::StatusOr<std::unique_ptr<FileLock>> cold_lock;
+  if (!policy.cold_dir.empty()) {
+    cold_lock = LockRoot(policy.cold_dir, RootLockKind::kRetention, "ckpt-retain", fs.get());
+    if (!cold_lock.ok()) {
+      return absl::Status(cold_lock.status().code(),
+                          absl::StrCat("--cold-dir: ", cold_lock.status().message()));
+    }
+  }
 
   if (!policy.dry_run) {
     // A compaction that fell back to two renames and was interrupted between
@@ -286,15 +364,17 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
     actions[step] = {planned.kind, StepDirName(step), step, planned.reason,
                      planned.kind == RetentionAction::Kind::kKeep, ""};
   }
-  std::vector<RetentionAction> stale = StaleEntries(*fs, root, policy.stale_temp_age, now);
-  if (!policy.dry_run) {
-    Execute(fs, root, policy, plan, actions);
-    for (RetentionAction& a : stale) {
-      absl::Status s = RemoveTree(*fs, absl::StrCat(root, "/", a.name));
-      a.done = s.ok() || absl::IsNotFound(s);
-      if (!a.done) a.error = std::string(s.message());
+  // Orphans first: freed space helps what follows (a cold tier filled by
+  // an interrupted copy would fail the next copy too).
+  std::map<std::string, std::string> trashed;
+  std::vector<RetentionAction> stale = SaveTemps(fs, root, policy, now, trashed);
+  for (RetentionAction& a : JobDebris(fs, root, "", policy.dry_run, trashed)) stale.push_back(std::move(a));
+  if (!policy.cold_dir.empty()) {
+    for (RetentionAction& a : JobDebris(fs, policy.cold_dir, policy.cold_dir + "/", policy.dry_run, {})) {
+      stale.push_back(std::move(a));
     }
   }
+  if (!policy.dry_run) Execute(fs, root, policy, plan, actions);
   std::vector<RetentionAction> result;
   for (auto& [step, a] : actions) result.push_back(std::move(a));
   for (RetentionAction& a : stale) result.push_back(std::move(a));

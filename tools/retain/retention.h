@@ -20,7 +20,10 @@ struct RetentionPolicy {
   int64_t keep_every = 0;                          // steps divisible by K
   absl::Duration keep_newer_than = absl::ZeroDuration();  // created within this
   std::string cold_dir;                            // move instead of delete
-  absl::Duration stale_temp_age = absl::Hours(1);  // .tmp-/.trash- entries older than this go
+  // A save in progress (`.tmp-step-*`) untouched for this long goes even
+  // while a writer holds ROOT's lock (a writer hung that long). Every other
+  // orphan goes whatever its age; see `RunRetention`.
+  absl::Duration stale_temp_age = absl::Hours(1);
   // Rewrite a kept delta as a full checkpoint (`ckpt::CompactToFull`) when
   // that frees more bytes than it writes, so that its bases can go; and write
   // a delta moving to `cold_dir` whose base stays hot as a full checkpoint
@@ -44,11 +47,12 @@ struct RetentionAction {
     kSkipDamaged,
   };
   Kind kind;
-  std::string name;    // entry in ROOT
+  std::string name;    // entry in ROOT (a cold dir's orphan: its path)
   int64_t step = -1;   // -1 for stale entries
   std::string reason;  // why kept / removed
   bool done = false;   // carried out (false in a dry run or on failure)
   std::string error;
+  uint64_t bytes = 0;  // kRemoveStale: the entry's size (its files' bytes)
 };
 
 const char* ActionName(RetentionAction::Kind kind);
@@ -65,7 +69,14 @@ const char* ActionName(RetentionAction::Kind kind);
 // deltas are compacted (oldest first; if one fails, its bases are kept),
 // then what moves is placed in the cold tier oldest first (a base before its
 // dependants), then what leaves ROOT is removed newest first (dependants
-// before their bases), then stale entries go.
+// before their bases). Before those, orphans go (`ckpt::ReclaimOrphans`,
+// reported as kRemoveStale with their size, after the checkpoints): every
+// `.trash-*`, `.tmp-*` other than saves and stale probe file of ROOT and of
+// `cold_dir`, whatever its age, as the job holds both retention locks
+// (taken without waiting; `cold_dir`'s held by another job is kUnavailable
+// naming it); ROOT's `.tmp-step-*` saves only if ROOT's writer lock is free
+// (taken for their renames to `.trash-` names only) or if untouched for
+// `stale_temp_age`.
 // Removal is `ckpt::RemoveCheckpoint` (renamed to a `.trash-` name, ROOT
 // fsynced, then deleted), so a half-removed checkpoint is never seen as
 // complete; moving is `ckpt::CopyCheckpoint` (or a compaction into

@@ -41,6 +41,13 @@ struct CompactOptions {
   // checkpoint root (a cold tier) that must not hold step S yet: the full
   // checkpoint is committed there by rename, and ROOT is left untouched.
   std::string target_root;
+  // False (the default): `CompactToFull` takes the retention lock
+  // (ckpt/root_lock.h) of ROOT, and of `target_root` if set, for its whole
+  // run, failing with kUnavailable while a retention job holds one. Its temp
+  // directory is then never mistaken for a dead job's by an engine opening
+  // ROOT, which reclaims `.tmp-compact-*` only when it can take that lock.
+  // True: the caller holds those locks already (ckpt-retain does).
+  bool holds_retention_lock = false;
 };
 
 struct CompactStats {
@@ -81,12 +88,13 @@ struct CompactStats {
 //
 // Errors: kNotFound (no step S), kFailedPrecondition (step S is already
 // full, or a multi-rank checkpoint: those are not compacted), kAlreadyExists (`target_root` holds step S), kAborted (step S
-// changed meanwhile), kDataLoss (the chain is damaged), and I/O errors naming
+// changed meanwhile), kUnavailable (a retention job holds a lock this call
+// needs), kDataLoss (the chain is damaged), and I/O errors naming
 // the path. Memory: one buffer of the largest tensor, plus the reader's.
 //
 // REQUIRES: nothing else replaces or removes step S or its bases meanwhile
-// (ckpt-retain compacts under its lock; a running engine never rewrites a
-// committed step). Concurrent readers of step S may fail with kDataLoss or
+// (ckpt-retain compacts under its lock, and so does every other caller, see
+// `holds_retention_lock`; a running engine never rewrites a committed step). Concurrent readers of step S may fail with kDataLoss or
 // kNotFound while it is swapped, never read wrong data: they verify.
 absl::StatusOr<CompactStats> CompactToFull(const std::string& root, int64_t step,
                                            const CompactOptions& options = {});

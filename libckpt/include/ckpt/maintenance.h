@@ -13,10 +13,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "ckpt/file_system.h"
 
 namespace ckpt {
@@ -73,6 +75,83 @@ struct CopyStats {
 absl::StatusOr<CopyStats> CopyCheckpoint(const std::string& root, int64_t step,
                                          const std::string& target_root,
                                          std::shared_ptr<FileSystem> fs = nullptr);
+
+
+// The bytes of the files under `path` (a file: its size; a directory: the
+// sum over its tree). Symbolic links count 0 and are never followed. The
+// first error met; kNotFound if `path` does not exist.
+absl::StatusOr<uint64_t> TreeBytes(FileSystem& fs, const std::string& path);
+
+// "512 B", "1.5 KiB", "612.0 MiB", "3.2 TiB": a size for log lines.
+std::string HumanBytes(uint64_t bytes);
+
+// Which orphans of a root `ReclaimOrphans` may remove: those the caller has
+// proven dead by holding the root's locks (ckpt/root_lock.h).
+struct ReclaimScope {
+  // `.tmp-step-*`, saves in progress. REQUIRES: the caller holds ROOT's
+  // writer lock (every save in progress is then the caller's own, and it
+  // has none yet), or has held it since it last saw no writer alive.
+  bool save_temps = false;
+  // `.trash-*`, `.tmp-compact-*`, `.tmp-copy-*`, other `.tmp-*` and
+  // `.ckpt-direct-probe-*`; and `.compact-old-*`, which are not removed but
+  // handed to `FinishInterruptedCompactions` (ckpt/compact.h), which puts
+  // the checkpoint back or completes the compaction. REQUIRES: the caller
+  // holds ROOT's retention lock, under which every compaction and copy into
+  // ROOT runs.
+  bool job_debris = false;
+  // With `job_debris`: a probe file untouched for less than this stays (an
+  // engine opening ROOT writes one and removes it within moments, holding
+  // only the writer lock). Zero when the caller also holds the writer lock.
+  absl::Duration probe_min_age = absl::Minutes(1);
+  // List what would be removed, with sizes; change nothing.
+  bool dry_run = false;
+};
+
+// One orphan `ReclaimOrphans` met.
+struct ReclaimedEntry {
+  std::string name;  // entry of ROOT
+  RootEntryKind kind = RootEntryKind::kUnknown;
+  uint64_t bytes = 0;  // its files' sizes, measured before removal
+  absl::Status status;  // OK: removed (in a dry run: would be); else why it stays
+};
+
+struct ReclaimStats {
+  size_t removed = 0;   // entries removed (in a dry run: that would be)
+  uint64_t bytes = 0;   // their bytes
+  size_t failed = 0;    // entries that could not be removed (each logged)
+  // Interrupted compactions handed to `FinishInterruptedCompactions`.
+  size_t compactions_finished = 0;
+  std::vector<ReclaimedEntry> entries;  // every orphan in scope, by name
+  // The names of the entries removed.
+  std::vector<std::string> removed_names() const;
+};
+
+// Removes the orphans of `root` that `scope` covers (never a checkpoint,
+// LATEST, a lock file or an entry `ClassifyRootEntry` calls kUnknown; never
+// following a symbolic link). Each removal is logged at info with its size
+// and what left it ("removed /r/.tmp-step-…-ab12 (612.0 MiB), a save its
+// writer did not finish"); an entry that cannot be removed, or an
+// interrupted compaction that cannot be finished, is logged as a warning and
+// counted in `failed`, and the sweep goes on: readers ignore orphans, so
+// none of that is an error. Errors: only listing `root` (as the caller's
+// next step would fail too).
+absl::StatusOr<ReclaimStats> ReclaimOrphans(const std::string& root, const ReclaimScope& scope,
+                                            std::shared_ptr<FileSystem> fs = nullptr);
+
+// A save temp moved out of the way by `TrashSaveTemps`.
+struct TrashedSaveTemp {
+  std::string name;   // the `.tmp-step-*` it was
+  std::string trash;  // the `.trash-*` it is now
+};
+
+// Renames every `.tmp-step-*` of `root` to a fresh `.trash-` name and
+// fsyncs `root`: renames only (nothing is measured or deleted), so that a
+// caller holding the writer lock just for this keeps it for moments; the trash is then `job_debris` for
+// `ReclaimOrphans`. A temp that cannot be renamed is logged and stays.
+// Errors: listing or fsyncing `root`. REQUIRES: the caller holds `root`'s
+// writer lock.
+absl::StatusOr<std::vector<TrashedSaveTemp>> TrashSaveTemps(const std::string& root,
+                                                            std::shared_ptr<FileSystem> fs = nullptr);
 
 }  // namespace ckpt
 

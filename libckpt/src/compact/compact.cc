@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "ckpt/reader.h"
+#include "ckpt/root_lock.h"
 #include "compact/swap.h"
 #include "format/manifest.h"
 #include "format/names.h"
@@ -192,6 +193,19 @@ absl::StatusOr<CompactStats> Compact(FileSystem& fs, std::shared_ptr<FileSystem>
 absl::StatusOr<CompactStats> CompactToFull(const std::string& root, int64_t step,
                                            const CompactOptions& options) {
   std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
+  // Under the retention lock, so that nothing reclaims the temp directory
+  // as a dead job's (see ReclaimOrphans) and no retention job runs beside it.
+  std::vector<std::unique_ptr<FileLock>> locks;
+  if (!options.holds_retention_lock) {
+    for (const std::string* r : {&root, &options.target_root}) {
+      if (r->empty()) continue;
+      auto lock = LockRoot(*r, RootLockKind::kRetention, "ckpt compaction", fs.get());
+      if (!lock.ok()) {
+        return Annotate(lock.status(), absl::StrCat("compacting step ", step, " of ", root));
+      }
+      locks.push_back(std::move(*lock));
+    }
+  }
   auto stats = Compact(*fs, fs, root, step, options);
   if (!stats.ok()) {
     return Annotate(stats.status(), absl::StrCat("compacting step ", step, " of ", root));

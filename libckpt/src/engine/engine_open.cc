@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/engine.h"
+#include "ckpt/maintenance.h"
 #include "ckpt/root_lock.h"
 #include "distributed/rank_layout.h"
 #include "engine/engine_impl.h"
@@ -23,24 +24,27 @@ namespace {
 
 constexpr char kWriter[] = "ckpt 0.1.0";
 
-// Removes the temp directories of saves that a dead writer left in `root`
-// (REQUIRES: the writer lock is held). Compactions' temp directories
-// (`.tmp-compact-*`) belong to retention jobs, which run beside the writer,
-// and stay. A directory that cannot be removed is only logged.
-absl::Status RemoveAbandonedSaves(FileSystem& fs, const std::string& root) {
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDir(root));
-  const std::string prefix = absl::StrCat(kTempPrefix, "step-");
-  for (const std::string& name : names) {
-    if (name.rfind(prefix, 0) != 0) continue;
-    const std::string path = JoinPath(root, name);
-    RemoveTreeBestEffort(fs, path);
-    if (fs.Stat(path).ok()) {
-      Log(LogLevel::kWarning, absl::StrCat("could not remove abandoned save ", path));
-    } else {
-      Log(LogLevel::kInfo, absl::StrCat("removed ", path, ", a save its writer did not finish"));
-    }
+// Reclaims what dead jobs left in `root` (REQUIRES: the writer lock is
+// held): every `.tmp-step-*` (each save in progress would be this writer's),
+// and, if no retention job runs beside it (its lock is free, and held for
+// the sweep), the trash, temps and set-asides of dead compactions, copies
+// and removals too. Only listing `root` fails; the rest is logged.
+absl::Status ReclaimOrphansAtOpen(const std::shared_ptr<FileSystem>& fs, const std::string& root) {
+  ReclaimScope scope;
+  scope.save_temps = true;
+  auto retention = LockRoot(root, RootLockKind::kRetention, "ckpt engine (reclaiming orphans)", fs.get());
+  if (retention.ok()) {
+    scope.job_debris = true;
+    scope.probe_min_age = absl::ZeroDuration();  // only this writer probes ROOT, and not yet
+  } else if (absl::IsUnavailable(retention.status())) {
+    Log(LogLevel::kInfo, absl::StrCat("leaving the trash and compaction/copy temps of ", root,
+                                      " alone: a retention job owns them (",
+                                      retention.status().message(), ")"));
+  } else {
+    Log(LogLevel::kWarning, absl::StrCat("leaving the trash and compaction/copy temps of ", root,
+                                         " alone: ", retention.status().message()));
   }
-  return absl::OkStatus();
+  return ReclaimOrphans(root, scope, fs).status();
 }
 
 }  // namespace
@@ -241,7 +245,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
     writer_lock = std::move(*locked);
     // Holding the lock, every save in progress in ROOT is ours: a
     // `.tmp-step-*` directory there was left by a writer that died mid-save.
-    CKPT_RETURN_IF_ERROR(RemoveAbandonedSaves(*fs, root));
+    CKPT_RETURN_IF_ERROR(ReclaimOrphansAtOpen(fs, root));
   }
   // Rank 0 publishes that ROOT is clean; the others wait for it.
   if (committer != nullptr) CKPT_RETURN_IF_ERROR(committer->Handshake());
