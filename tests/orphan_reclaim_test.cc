@@ -399,6 +399,34 @@ TEST(OrphanReclaimTest, RetentionLeavesALiveWritersSaveInProgress) {
 // ---------------------------------------------------------------------------
 // 5. A removal that fails does not fail the open.
 
+// ckpt-retain holds the writer lock only for the renames of a dead writer's
+// save temps: a trainer opening at that moment waits for it; another
+// engine's lock still fails an open at once.
+TEST(OrphanReclaimTest, AnOpenWaitsOutCkptRetainsHoldOfTheWriterLock) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  stdfs::create_directories(root);
+  auto held = LockRoot(root, RootLockKind::kWriter, "ckpt-retain");
+  ASSERT_TRUE(held.ok()) << held.status();
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    held->reset();
+  });
+  const absl::Time start = absl::Now();
+  auto engine = Engine::Open(root, EngineOptions());
+  const absl::Duration waited = absl::Now() - start;
+  release.join();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_GE(waited, absl::Milliseconds(250));
+  EXPECT_LT(waited, absl::Seconds(5));
+  // A second engine is refused at once, naming the holder.
+  const absl::Time again = absl::Now();
+  auto second = Engine::Open(root, EngineOptions());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - again, absl::Seconds(1));
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "ckpt engine, pid")) << second.status();
+}
+
 TEST(OrphanReclaimTest, AnEioRemovingAnOrphanIsAWarningAndTheOpenSucceeds) {
   ScratchDir dir;
   const std::string root = dir.Join("root");

@@ -5,7 +5,9 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "ckpt/engine.h"
 #include "ckpt/maintenance.h"
 #include "ckpt/root_lock.h"
@@ -23,6 +25,11 @@ namespace internal {
 namespace {
 
 constexpr char kWriter[] = "ckpt 0.1.0";
+
+// How ckpt-retain names itself in the writer lock's owner line (tools/retain
+// takes it to prove no writer is alive), and how long an open waits for it.
+constexpr char kRetainHolder[] = "ckpt-retain, pid ";
+constexpr absl::Duration kRetainWriterLockWait = absl::Seconds(10);
 
 // Reclaims what dead jobs left in `root` (REQUIRES: the writer lock is
 // held): every `.tmp-step-*` (each save in progress would be this writer's),
@@ -237,6 +244,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   }
   if (!multi_rank || dist.rank == 0) {
     auto locked = LockRoot(root, RootLockKind::kWriter, "ckpt engine", fs.get());
+    // ckpt-retain holds the writer lock only while it renames a dead
+    // writer's save temps to trash (milliseconds): a trainer restarting at
+    // that moment waits for it rather than failing.
+    for (const absl::Time until = absl::Now() + kRetainWriterLockWait;
+         !locked.ok() && absl::IsUnavailable(locked.status()) &&
+         absl::StrContains(locked.status().message(), kRetainHolder) && absl::Now() < until;) {
+      absl::SleepFor(absl::Milliseconds(20));
+      locked = LockRoot(root, RootLockKind::kWriter, "ckpt engine", fs.get());
+    }
     if (!locked.ok()) {
       if (locked.status().code() != absl::StatusCode::kUnavailable) return locked.status();
       return absl::UnavailableError(absl::StrCat(
