@@ -2,6 +2,8 @@
 // root -- are reclaimed by the next writer that opens it (`Engine::Open`,
 // through `ckpt::ReclaimOrphans`) and by ckpt-retain (`RunRetention`), each
 // only what its locks prove dead, each logged with its size.
+// (Over 400 lines: every orphan kind under both locks, the killed writer's
+// child process and the cold tier share one set of helpers.)
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

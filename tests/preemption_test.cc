@@ -7,6 +7,8 @@
 // signal runs in a child: this binary again, running `PreemptionChild.Run`
 // with the scenario named in $CKPT_PREEMPTION_CHILD. The parent sends the
 // signals, as a scheduler would, and checks the root afterwards.
+// (Over 400 lines: each case's parent side and its child's scenario live
+// together, so that what the parent checks reads next to what the child did.)
 #include "ckpt/preemption.h"
 
 #include <dirent.h>
