@@ -79,10 +79,12 @@ uint64_t DiskBytes(const std::string& root) {
   return total;
 }
 
-// Captures the library's log lines while it lives.
+// Captures the library's log lines while it lives, info lines included
+// (whatever CKPT_LOG says: the README's test command sets it to warning).
 class LogCapture {
  public:
   LogCapture() {
+    SetLogThreshold(LogSeverity::kInfo);
     SetLogSink([this](LogSeverity severity, absl::string_view message) {
       std::lock_guard<std::mutex> lock(mu_);
       lines_.push_back(absl::StrCat(severity == LogSeverity::kWarning ? "W " : severity == LogSeverity::kInfo ? "I " : "? ", message));
