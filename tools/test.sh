@@ -59,7 +59,7 @@ if [[ ${CKPT_SKIP_ASAN:-0} != 1 ]]; then
               hostile_checkpoint_test staging_copy_test encoder_buffers_test
               file_system_conformance_test stall_timeout_test distributed_engine_test
               sharded_tensor_test plane_codec_test delta_codec_test planes_compression_test
-              delta_policy_test chain_restore_test orphan_reclaim_test)
+              delta_policy_test chain_restore_test)
   declare -A asan_filter=([distributed_engine_test]='-*ACrashOfRankZero*'
                           [chain_restore_test]='*/zstd:*/planes')
   cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_ASAN=ON \
