@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "ckpt/maintenance.h"  // HumanBytes: "512 B", "1.5 KiB", "3.2 GiB"
 
 namespace ckpt::tools {
 
-// `HumanBytes` spells a size with a binary unit: "512 B", "1.5 KiB", "3.2 GiB".
-std::string HumanBytes(uint64_t bytes);
+using ckpt::HumanBytes;
 
 // `FormatUtc` spells a time since the epoch as "2024-05-01 12:00:00Z", or "-"
 // for 0 (unknown).
