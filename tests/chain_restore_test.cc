@@ -184,6 +184,8 @@ class ChainRestoreTest : public ::testing::TestWithParam<CompressionCodec> {
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_EQ((*all)[i].name, want[i].name);
       ASSERT_EQ((*all)[i].nbytes(), want[i].bytes.size());
+      // (memcmp of a zero-byte tensor, whose data may be null, is undefined.)
+      if (want[i].bytes.empty()) continue;
       EXPECT_EQ(std::memcmp((*all)[i].data(), want[i].bytes.data(), want[i].bytes.size()), 0) << want[i].name;
     }
     EXPECT_TRUE((*reader)->Verify().ok());
