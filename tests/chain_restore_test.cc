@@ -32,6 +32,7 @@ using Json = nlohmann::ordered_json;
 using testing::OwnedTensor;
 using testing::RandomTensor;
 using testing::ReadText;
+using testing::SameBytes;
 using testing::ScratchDir;
 using testing::WriteText;
 
@@ -184,9 +185,7 @@ class ChainRestoreTest : public ::testing::TestWithParam<CompressionCodec> {
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_EQ((*all)[i].name, want[i].name);
       ASSERT_EQ((*all)[i].nbytes(), want[i].bytes.size());
-      // (memcmp of a zero-byte tensor, whose data may be null, is undefined.)
-      if (want[i].bytes.empty()) continue;
-      EXPECT_EQ(std::memcmp((*all)[i].data(), want[i].bytes.data(), want[i].bytes.size()), 0) << want[i].name;
+      EXPECT_TRUE(SameBytes((*all)[i].data(), want[i].bytes.data(), want[i].bytes.size())) << want[i].name;
     }
     EXPECT_TRUE((*reader)->Verify().ok());
     if (!every_way) return;
@@ -194,7 +193,7 @@ class ChainRestoreTest : public ::testing::TestWithParam<CompressionCodec> {
     for (const OwnedTensor& t : want) {
       auto one = (*reader)->Read(t.name);
       ASSERT_TRUE(one.ok()) << one.status();
-      EXPECT_EQ(std::memcmp(one->data(), t.bytes.data(), t.bytes.size()), 0) << t.name;
+      EXPECT_TRUE(SameBytes(one->data(), t.bytes.data(), t.bytes.size())) << t.name;
     }
     std::vector<std::vector<uint8_t>> into;
     std::vector<ReadTarget> targets;
@@ -205,8 +204,8 @@ class ChainRestoreTest : public ::testing::TestWithParam<CompressionCodec> {
     }
     ASSERT_TRUE((*reader)->ReadInto(targets).ok());
     for (size_t i = want.size(); i > 0; --i) {
-      EXPECT_EQ(std::memcmp(into[want.size() - i].data() + 1, want[i - 1].bytes.data(),
-                            want[i - 1].bytes.size()), 0)
+      EXPECT_TRUE(SameBytes(into[want.size() - i].data() + 1, want[i - 1].bytes.data(),
+                            want[i - 1].bytes.size()))
           << want[i - 1].name;
     }
   }

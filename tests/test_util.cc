@@ -64,10 +64,8 @@ void ExpectCheckpointEquals(const std::string& root, int64_t step,
     auto got = (*reader)->Read(t.name);
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_EQ(got->nbytes(), t.bytes.size()) << t.name;
-    if (!t.bytes.empty()) {  // memcmp of null pointers is undefined, even for 0 bytes
-      EXPECT_EQ(0, std::memcmp(got->data(), t.bytes.data(), t.bytes.size()))
-          << t.name << " at step " << step;
-    }
+    EXPECT_TRUE(SameBytes(got->data(), t.bytes.data(), t.bytes.size()))
+        << t.name << " at step " << step;
   }
 }
 

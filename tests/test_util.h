@@ -3,6 +3,7 @@
 #define CKPT_TESTS_TEST_UTIL_H_
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -44,6 +45,12 @@ struct OwnedTensor {
 
   TensorView view() const { return TensorView{name, dtype, shape, bytes.data(), bytes.size()}; }
 };
+
+// Whether the n bytes at a and b are equal. Unlike memcmp, defined for n == 0
+// with null pointers (the data of an empty vector or a zero-byte tensor).
+inline bool SameBytes(const void* a, const void* b, size_t n) {
+  return n == 0 || std::memcmp(a, b, n) == 0;
+}
 
 // Fills `bytes` with pseudo-random bytes from `seed`.
 void FillRandom(std::vector<uint8_t>& bytes, uint64_t seed);
