@@ -153,6 +153,11 @@ class EngineImpl final : public Engine {
   // Past a preemption deadline: gives up every save in flight that is not
   // committing (watchdog thread).
   void AbandonAtDeadline() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails `job` with `error` now (its waiters wake, the persister drops it),
+  // logs it, and queues it for the next SaveAsync or Close to report; false
+  // when it is done, committing or given up already.
+  bool GiveUp(const std::shared_ptr<SaveJob>& job, absl::Status error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string root_;
   const EngineOptions options_;

@@ -189,7 +189,7 @@ absl::Status EngineImpl::AdmitStep(int64_t step) {
       return absl::AlreadyExistsError(absl::StrCat("step ", step, " is already being saved"));
     }
   }
-  if (auto deadline = PreemptionDeadline(); deadline.has_value() && Clock::now() >= *deadline) {
+  if (PreemptionDeadlinePassed()) {
     return absl::DeadlineExceededError(absl::StrCat(
         "save of step ", step, " in ", root_, " refused: the preemption grace after ",
         SignalName(PreemptionSignal()), " ran out (ckpt/preemption.h)"));

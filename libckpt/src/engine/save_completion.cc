@@ -40,7 +40,8 @@ void EngineImpl::OnSaveDone(SaveJob& job, const absl::Status& outcome, const Sav
     snapshot.saves_in_flight = inflight_.size();
   }
   snapshot.staging_bytes = pool_.count() * pool_.chunk_bytes();
-  if (!outcome.ok()) Log(LogLevel::kError, outcome.message());
+  // (A save the watchdog gave up was logged then.)
+  if (!outcome.ok() && !job.expired()) Log(LogLevel::kError, outcome.message());
   AppendMetricsLine(s, outcome);
   LogSkipped(skipped);
   if (metrics_.has_prometheus()) {

@@ -34,7 +34,7 @@ void EngineImpl::Watch() {
     }
     mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return watchdog_stop_; }, wait);
     if (watchdog_stop_) continue;
-    if (deadline.has_value() && Clock::now() >= *deadline) {
+    if (PreemptionDeadlinePassed()) {
       AbandonAtDeadline();
       continue;
     }
@@ -49,13 +49,7 @@ void EngineImpl::Watch() {
           "save of step ", job->step(), " in ", root_, " made no progress for ",
           absl::FormatDuration(idle), " while in stage ", stage,
           " (stall_timeout); given up, nothing committed"));
-      if (job->Expire(error)) {
-        ++stats_.saves_given_up;
-        failed_.emplace_back(job, error);
-        Log(LogLevel::kError, error.message());
-        pool_.WakeWaiters();  // a stager waiting for staging memory stops
-        continue;
-      }
+      if (GiveUp(job, std::move(error))) continue;
     }
     if (warn_after <= absl::ZeroDuration() || idle < warn_after ||
         job->stall_reported.exchange(true)) {
@@ -74,18 +68,22 @@ void EngineImpl::Watch() {
 }
 
 void EngineImpl::AbandonAtDeadline() {
-  bool abandoned_any = false;
   for (const std::shared_ptr<SaveJob>& job : inflight_) {
-    if (job->expired()) continue;
-    absl::Status error = absl::DeadlineExceededError(absl::StrCat(
+    GiveUp(job, absl::DeadlineExceededError(absl::StrCat(
         "save of step ", job->step(), " in ", root_, " abandoned: not durable when the preemption grace after ",
-        SignalName(PreemptionSignal()), " ran out; nothing committed, the previous checkpoint stays the latest"));
-    if (!job->Expire(error)) continue;  // done, or committing (it finishes)
-    ++stats_.saves_given_up;
-    failed_.emplace_back(job, error);  // (logged once the persister is done with it)
-    abandoned_any = true;
+        SignalName(PreemptionSignal()), " ran out; nothing committed, the previous checkpoint stays the latest")));
   }
-  if (abandoned_any) pool_.WakeWaiters();  // a stager waiting for staging memory stops
+}
+
+bool EngineImpl::GiveUp(const std::shared_ptr<SaveJob>& job, absl::Status error) {
+  if (!job->Expire(error)) return false;  // done, committing (it finishes), or given up already
+  ++stats_.saves_given_up;
+  // Logged now, not when the persister is done with it: a hung disk may
+  // never let it finish.
+  Log(LogLevel::kError, error.message());
+  failed_.emplace_back(job, std::move(error));
+  pool_.WakeWaiters();  // a stager waiting for staging memory stops
+  return true;
 }
 
 }  // namespace ckpt::internal

@@ -15,6 +15,9 @@ namespace ckpt::internal {
 // arrived (std::chrono::steady_clock, which is CLOCK_MONOTONIC); nullopt
 // before. It stays in force after the watch is uninstalled.
 std::optional<std::chrono::steady_clock::time_point> PreemptionDeadline();
+// Whether that deadline is in force and past: saves are refused, and those
+// not durable yet are given up.
+bool PreemptionDeadlinePassed();
 // The signal that set the deadline (0 before).
 int PreemptionSignal();
 // "SIGTERM", or "signal 40" for one without a name.

@@ -218,6 +218,11 @@ std::optional<std::chrono::steady_clock::time_point> PreemptionDeadline() {
       std::chrono::nanoseconds(s.deadline_ns.load(std::memory_order_relaxed)));
 }
 
+bool PreemptionDeadlinePassed() {
+  const auto deadline = PreemptionDeadline();
+  return deadline.has_value() && std::chrono::steady_clock::now() >= *deadline;
+}
+
 int PreemptionSignal() {
   WatchState& s = State();
   return s.phase.load(std::memory_order_acquire) == 2 ? s.signal.load(std::memory_order_relaxed) : 0;
