@@ -26,11 +26,15 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "gtest/gtest.h"
+#include "distributed_ranks.h"
 #include "test_util.h"
 #include "testing/fault_injection_file_system.h"
 
@@ -260,6 +264,34 @@ TEST(PreemptionTest, WithoutEndingTheProcessSavesAreAbandonedAndRefused) {
   testing::ExpectCheckpointEquals(root, 1, State(1));
 }
 
+// Two ranks, one too slow for the grace: at the deadline rank 1 abandons its
+// part and rank 0 stops waiting for it, so both saves fail with
+// DEADLINE_EXCEEDED naming the preemption, nothing of the step stays, and
+// the previous checkpoint is still the latest for both ranks.
+TEST(PreemptionTest, ARankTooSlowForTheGraceFailsTheSaveOnEveryRank) {
+  ScratchDir dir;
+  const int status = SignalledChild("slow_rank", dir);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  const std::string outcome = testing::ReadText(dir.Join("outcome"));
+  // What each rank's waiter got, then its SaveAsync after the deadline.
+  const std::vector<std::string> lines = absl::StrSplit(outcome, '\n');
+  ASSERT_EQ(lines.size(), 4u) << outcome;
+  for (const std::string& line : lines) {
+    EXPECT_TRUE(absl::StartsWith(line, "DEADLINE_EXCEEDED")) << outcome;
+    EXPECT_NE(line.find("preemption grace after SIGTERM ran out"), std::string::npos) << outcome;
+  }
+  EXPECT_NE(lines[0].find("rank 0 gave up step 2 while it waited for the other ranks"), std::string::npos)
+      << outcome;
+  EXPECT_NE(lines[1].find("abandoned: not durable"), std::string::npos) << outcome;
+  const std::string root = dir.Join("root");
+  EXPECT_EQ(Steps(root), (std::vector<int64_t>{1}));
+  EXPECT_EQ(Latest(root), StepName(1));
+  EXPECT_TRUE(Leftovers(root).empty()) << Leftovers(root)[0];
+  for (int r = 0; r < 2; ++r) {
+    testing::ExpectRankPart(root, 1, r, 2, testing::RankState(r, 1));
+  }
+}
+
 // A second SIGTERM (or a SIGKILL) during the drain ends the process at once;
 // the previous checkpoint stays the latest, and the next writer removes what
 // the unfinished save left.
@@ -409,6 +441,44 @@ void DrainSlowlyScenario() {
   ADD_FAILURE() << "the second signal did not end the process";
 }
 
+// Two ranks (threads here, processes in a job), both signalled: rank 1's
+// disk is far too slow for the grace, rank 0's part is durable at once.
+void SlowRankScenario() {
+  const std::string dir = std::getenv(kDirEnv);
+  std::vector<std::shared_ptr<FaultInjectionFileSystem>> fs;
+  for (int r = 0; r < 2; ++r) fs.push_back(std::make_shared<FaultInjectionFileSystem>(PosixFileSystem()));
+  // (A commit timeout far past the grace: the deadline is what ends the wait.)
+  testing::Ranks ranks(dir + "/root", 2, testing::SmallChunks(), absl::Seconds(50),
+                       [&](int r) -> std::shared_ptr<FileSystem> { return fs[r]; });
+  std::vector<std::vector<OwnedTensor>> one = {testing::RankState(0, 1), testing::RankState(1, 1)};
+  for (const absl::Status& s : ranks.Save({1, 1}, one)) ASSERT_TRUE(s.ok()) << s;
+  PreemptionOptions options;
+  options.grace = absl::Seconds(1);
+  options.end_process_at_deadline = false;
+  auto watch = PreemptionWatch::Install(options);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  fs[1]->SetIoDelay(absl::Seconds(3));  // each write: three times the grace
+  std::vector<std::vector<OwnedTensor>> two = {testing::RankState(0, 2), testing::RankState(1, 2)};
+  std::vector<std::shared_ptr<SaveHandle>> handles;
+  for (int r = 0; r < 2; ++r) {
+    auto handle = ranks.engine(r).SaveAsync(2, testing::Placed(two[r]));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    handles.push_back(std::move(*handle));
+  }
+  Touch(dir + "/in-flight");
+  ASSERT_NO_FATAL_FAILURE(TrainUntilPreempted(**watch));
+  std::vector<std::string> outcome;
+  for (int r = 0; r < 2; ++r) {
+    outcome.push_back(testing::WaitOrDie(*handles[r], kDeadline, absl::StrCat("rank ", r)).ToString());
+  }
+  for (int r = 0; r < 2; ++r) {
+    outcome.push_back(ranks.engine(r).SaveAsync(3, testing::Placed(two[r])).status().ToString());
+  }
+  fs[1]->SetIoDelay(absl::ZeroDuration());
+  ranks.CloseAll();
+  Touch(dir + "/outcome", absl::StrJoin(outcome, "\n"));
+}
+
 void StormScenario() {
   const std::string dir = std::getenv(kDirEnv);
   struct sigaction earlier = {};
@@ -473,6 +543,7 @@ TEST(PreemptionChild, Run) {
   if (s == "deadline_keep_running") return DeadlineScenario(false);
   if (s == "drain_slowly") return DrainSlowlyScenario();
   if (s == "storm") return StormScenario();
+  if (s == "slow_rank") return SlowRankScenario();
   FAIL() << "unknown scenario " << s;
 }
 

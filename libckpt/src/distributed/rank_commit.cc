@@ -143,13 +143,6 @@ absl::StatusOr<std::string> RankCommitter::WaitFor(const std::string& key, absl:
   }
 }
 
-RankCommitter::InterruptFn RankCommitter::OnCancel(const CancelledFn& cancelled) {
-  return [cancelled]() {
-    return cancelled && cancelled() ? absl::CancelledError("save cancelled: engine closing")
-                                    : absl::OkStatus();
-  };
-}
-
 absl::Status RankCommitter::DecideAbort(const std::string& temp_dir, const absl::Status& reason) {
   auto held = options_.store->SetIfAbsent(SaveKey(temp_dir, "decision"),
                                           absl::StrCat(kAbortPrefix, EncodeStatus(reason)));
@@ -196,9 +189,9 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
   const InterruptFn interrupt = [&]() {
     if (options_.store->Get(decision_key, kPeek).ok()) {
       interruption = absl::AbortedError("aborted by another rank");  // (the decision stands)
-    } else if (cancelled && cancelled()) {
-      interruption = absl::CancelledError(
-          absl::StrCat("save of step ", step, " cancelled on rank 0: engine closing"));
+    } else if (absl::Status why = cancelled ? cancelled() : absl::OkStatus(); !why.ok()) {
+      interruption = absl::Status(why.code(), absl::StrCat("rank 0 gave up step ", step, " while it waited "
+                                                           "for the other ranks: ", why.message()));
     }
     return interruption;
   };
@@ -358,15 +351,21 @@ absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const Ca
   const absl::Duration patience =
       options_.commit_timeout + options_.commit_timeout / 10 + absl::Seconds(1);
   const absl::Time reported = absl::Now();
-  auto decision = WaitFor(decision_key, reported + patience, OnCancel(cancelled));
+  absl::Status interruption;
+  auto decision = WaitFor(decision_key, reported + patience, [&]() {
+    if (cancelled) interruption = cancelled();
+    return interruption;
+  });
   times_.ranks_wait_s = absl::ToDoubleSeconds(absl::Now() - reported);
   if (!decision.ok()) {
-    if (!absl::IsDeadlineExceeded(decision.status()) && !absl::IsCancelled(decision.status())) {
+    if (interruption.ok() && !absl::IsDeadlineExceeded(decision.status())) {
       return LostStore(rank(), "rank 0's decision", decision.status());
     }
     const absl::Status reason =
-        absl::IsCancelled(decision.status())
-            ? absl::CancelledError(absl::StrCat("save cancelled on rank ", rank(), ": engine closing"))
+        !interruption.ok()
+            ? absl::Status(interruption.code(),
+                           absl::StrCat("rank ", rank(), " gave the save up while it waited for rank 0's "
+                                        "decision: ", interruption.message()))
             : absl::DeadlineExceededError(absl::StrCat(
                   "rank ", rank(), " had no decision from rank 0 within ", Seconds(patience),
                   " (rank 0 is slower than commit_timeout allows, hung, or dead): nothing was committed"));

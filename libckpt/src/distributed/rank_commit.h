@@ -57,8 +57,9 @@ class RankCommitter {
     DeltaOptions::Mode delta_mode = DeltaOptions::Mode::kNone;
     uint64_t replicated_fingerprint = 0;
   };
-  // Returns true once the save was abandoned on this rank (Close(kCancel)).
-  using CancelledFn = std::function<bool()>;
+  // Why this rank gave the save up (Close(kCancel), a preemption deadline),
+  // or OK while it goes on.
+  using CancelledFn = std::function<absl::Status()>;
 
   // Reports `part` of step `step`, then: rank 0 waits for every rank's
   // report, checks the parts against each other (steps, replicated
@@ -97,8 +98,6 @@ class RankCommitter {
   using InterruptFn = std::function<absl::Status()>;
   absl::StatusOr<std::string> WaitFor(const std::string& key, absl::Time deadline,
                                       const InterruptFn& interrupt);
-  // An interrupt for a save that `cancelled` says was given up.
-  static InterruptFn OnCancel(const CancelledFn& cancelled);
   // Sets the save's decision to abort for `reason` unless one was taken;
   // returns the status the save ends with (the decision that stands).
   absl::Status DecideAbort(const std::string& temp_dir, const absl::Status& reason);

@@ -32,6 +32,21 @@ namespace {
 // Tags of encoder output buffers carry this bit; staging chunks do not.
 constexpr uint64_t kOutputTag = uint64_t{1} << 62;
 
+// Why a save whose part is durable stops waiting for the other ranks: it
+// was cancelled (Close), or the preemption grace ran out; OK while neither.
+absl::Status ReasonToGiveUp(const SaveJob& job) {
+  if (job.abort.load()) {
+    absl::Status why = job.abort_reason();
+    return why.ok() ? absl::CancelledError("save cancelled") : why;
+  }
+  if (PreemptionDeadlinePassed()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the preemption grace after ", SignalName(PreemptionSignal()),
+        " ran out; nothing committed, the previous checkpoint stays the latest"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Persister::Persister(PersisterContext context, DoneFn on_done)
@@ -440,11 +455,8 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     // A preemption deadline ends the wait for the other ranks too: the save
     // commits only if every rank's part is durable within the grace.
     CKPT_RETURN_IF_ERROR(committer->CommitPart(
-        job.step(), job.temp_dir, job.final_name, part, job.extras_json, [&job] {
-          if (job.abort.load()) return true;
-          const auto deadline = PreemptionDeadline();
-          return deadline.has_value() && Clock::now() >= *deadline;
-        }));
+        job.step(), job.temp_dir, job.final_name, part, job.extras_json,
+        [&job] { return ReasonToGiveUp(job); }));
   }
   KillPoint("commit.done");
   if (reference_ != nullptr) {
