@@ -94,8 +94,10 @@ struct DeltaOptions {
   // staging does not wait; its write does, until the rebuild is done), so
   // the first save after a restart can be a delta. Costs what the reference
   // state costs anyway (a host copy of the state) from `Open` on, and one
-  // read of that checkpoint. Single-process engines only (a multi-rank
-  // engine's first save is full).
+  // read of that checkpoint. A multi-rank engine's ranks each read their
+  // own part and then agree through the store (within `commit_timeout`):
+  // unless every rank rebuilt from the same checkpoint, the first save is
+  // full on every rank (docs/distributed.md).
   bool resume_from_newest = true;
 };
 

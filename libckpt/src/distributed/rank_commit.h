@@ -37,6 +37,7 @@ class RankCommitter {
 
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
+  const DistributedOptions& options() const { return options_; }
   // Set by `Handshake`; part of every temp directory name.
   const std::string& nonce() const { return nonce_; }
 

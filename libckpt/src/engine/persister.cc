@@ -13,6 +13,7 @@
 #include "commit/commit.h"
 #include "delta/delta_codec.h"
 #include "distributed/rank_layout.h"
+#include "distributed/resume_agreement.h"
 #include "engine/record_hasher.h"
 #include "engine/reference_rebuild.h"
 #include "format/manifest.h"
@@ -80,7 +81,9 @@ void Persister::Stop(bool abandon) {
 
 void Persister::Run() {
   BecomeBackgroundThread("ckpt-persist", ctx_.background_nice);
-  if (reference_ != nullptr && ctx_.delta.resume_from_newest && ctx_.committer == nullptr) {
+  // (A multi-rank engine's ranks agree on the outcome even when they do not
+  // rebuild: a rank that does not says so at once.)
+  if (reference_ != nullptr && (ctx_.delta.resume_from_newest || ctx_.committer != nullptr)) {
     ResumeReference();
   }
   while (true) {
@@ -108,16 +111,37 @@ void Persister::ResumeReference() {
   const Clock::time_point start = Clock::now();
   // The engine owns the file system and outlives this thread.
   std::shared_ptr<FileSystem> fs(std::shared_ptr<FileSystem>(), ctx_.fs);
-  absl::StatusOr<std::optional<int64_t>> step =
-      RebuildReference(fs, ctx_.root, ctx_.io, differential(), reference_.get(),
-                       [this] { return abandon_.load(); });
-  if (!step.ok()) {
+  const int rank = ctx_.committer != nullptr ? ctx_.committer->rank() : 0;
+  const int world_size = ctx_.committer != nullptr ? ctx_.committer->world_size() : 1;
+  absl::StatusOr<std::optional<RebuiltFrom>> from =
+      absl::FailedPreconditionError("resume_from_newest is off");
+  if (ctx_.delta.resume_from_newest) {
+    from = RebuildReference(fs, ctx_.root, ctx_.io, differential(), rank, world_size, reference_.get(),
+                            [this] { return abandon_.load(); });
+  }
+  if (!from.ok() && ctx_.delta.resume_from_newest) {
     Log(LogLevel::kWarning, absl::StrCat("the first save to ", ctx_.root,
                                          " is full: its delta reference could not be rebuilt: ",
-                                         step.status().message()));
-  } else if (step->has_value()) {
-    Log(LogLevel::kInfo, absl::StrCat("delta reference of ", ctx_.root, " rebuilt from step ", **step,
-                                      " (", reference_->bytes(), " bytes) in ", SecondsSince(start), " s"));
+                                         from.status().message()));
+  } else if (from.ok() && from->has_value()) {
+    Log(LogLevel::kInfo, absl::StrCat("delta reference of ", ctx_.root, " rebuilt from step ",
+                                      (*from)->base_step, " (", reference_->bytes(), " bytes) in ",
+                                      SecondsSince(start), " s"));
+  }
+  if (ctx_.committer == nullptr) return;
+  // Every rank's first save is a delta or none is (distributed/resume_agreement.h).
+  absl::StatusOr<std::string> claim = absl::FailedPreconditionError("nothing to take deltas against");
+  if (!from.ok()) claim = from.status();
+  if (from.ok() && from->has_value()) claim = RebuiltFromText(**from);
+  absl::Status agreed = AgreeOnResume(ctx_.committer->options(), claim, [this] {
+    if (abandon_) return true;
+    MutexLock lock(&mu_);  // closing with no save to take the answer
+    return stopping_ && jobs_.empty();
+  });
+  if (!agreed.ok() && reference_->valid()) {
+    reference_->Invalidate();
+    Log(LogLevel::kInfo, absl::StrCat("the first save to ", ctx_.root, " is full on every rank: ",
+                                      agreed.message()));
   }
 }
 
