@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -189,6 +190,10 @@ struct Case {
   DeltaOptions::Base base;
   int world;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << (c.base == DeltaOptions::Base::kDifferential ? "differential, " : "chained, ") << c.world << " ranks";
+}
 
 class DistributedResumeTest : public ::testing::TestWithParam<Case> {
  protected:
