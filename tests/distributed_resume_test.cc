@@ -97,6 +97,19 @@ std::vector<std::vector<SaveStats>> SaveSteps(Ranks& ranks, int64_t first, int c
   return out;
 }
 
+// Opens every rank's engine on `root` (after the first opening: a restart),
+// saves steps `first` .. `first + count - 1` as SaveSteps does, and closes
+// them.
+std::vector<std::vector<SaveStats>> SaveStepsInOneOpening(const std::string& root, int world,
+                                                          const EngineOptions& options, int64_t first,
+                                                          int count, States& states,
+                                                          std::map<int64_t, States>* saved) {
+  Ranks ranks(root, world, options, absl::Seconds(20));
+  std::vector<std::vector<SaveStats>> stats = SaveSteps(ranks, first, count, states, saved);
+  ranks.CloseAll();
+  return stats;
+}
+
 void ExpectKinds(const std::vector<SaveStats>& stats, CheckpointKind kind, const std::string& what) {
   for (size_t r = 0; r < stats.size(); ++r) {
     EXPECT_EQ(stats[r].kind, kind) << what << ": rank " << r << " saved " << testing::KindName(stats[r].kind);
@@ -209,17 +222,13 @@ TEST_P(DistributedResumeTest, TheFirstSaveAfterARestartIsADeltaOnEveryRank) {
   std::map<int64_t, States> saved;
   std::vector<std::vector<SaveStats>> before;
   {
-    Ranks ranks(root, world(), options, absl::Seconds(20));
-    before = SaveSteps(ranks, 1, 3, states, &saved);
-    ranks.CloseAll();
+    before = SaveStepsInOneOpening(root, world(), options, 1, 3, states, &saved);
   }
   ASSERT_FALSE(HasFailure());
   ExpectKinds(before[0], CheckpointKind::kFull, "step 1");
   ExpectKinds(before[2], CheckpointKind::kDelta, "step 3");
   {
-    Ranks ranks(root, world(), options, absl::Seconds(20));
-    std::vector<std::vector<SaveStats>> after = SaveSteps(ranks, 4, 2, states, &saved);
-    ranks.CloseAll();
+    std::vector<std::vector<SaveStats>> after = SaveStepsInOneOpening(root, world(), options, 4, 2, states, &saved);
     ASSERT_FALSE(HasFailure());
     ExpectKinds(after[0], CheckpointKind::kDelta, "step 4, the first after the restart");
     ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
@@ -239,9 +248,7 @@ TEST_P(DistributedResumeTest, ADamagedPartOfOneRankMakesTheFirstSaveFullOnEveryR
   States states = InitialStates(world(), 12);
   std::map<int64_t, States> saved;
   {
-    Ranks ranks(root, world(), options, absl::Seconds(20));
-    SaveSteps(ranks, 1, 3, states, &saved);
-    ranks.CloseAll();
+    SaveStepsInOneOpening(root, world(), options, 1, 3, states, &saved);
   }
   ASSERT_FALSE(HasFailure());
   // Rank 1's part of the full step, which either mode's rebuild reads.
@@ -255,9 +262,7 @@ TEST_P(DistributedResumeTest, ADamagedPartOfOneRankMakesTheFirstSaveFullOnEveryR
     ASSERT_TRUE(absl::IsDataLoss((*reader)->Verify())) << "the damage went unnoticed";
   }
   {
-    Ranks ranks(root, world(), options, absl::Seconds(20));
-    std::vector<std::vector<SaveStats>> after = SaveSteps(ranks, 4, 2, states, &saved);
-    ranks.CloseAll();
+    std::vector<std::vector<SaveStats>> after = SaveStepsInOneOpening(root, world(), options, 4, 2, states, &saved);
     ASSERT_FALSE(HasFailure());
     ExpectKinds(after[0], CheckpointKind::kFull, "step 4, the first after the restart");
     ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
@@ -273,15 +278,12 @@ TEST_P(DistributedResumeTest, TurnedOffTheFirstSaveIsFullOnEveryRank) {
   States states = InitialStates(world(), 13);
   std::map<int64_t, States> saved;
   {
-    Ranks ranks(root, world(), options, absl::Seconds(20));
-    SaveSteps(ranks, 1, 2, states, &saved);
-    ranks.CloseAll();
+    SaveStepsInOneOpening(root, world(), options, 1, 2, states, &saved);
   }
   options.delta.resume_from_newest = false;
   {
-    Ranks ranks(root, world(), options, absl::Seconds(20));
-    ExpectKinds(SaveSteps(ranks, 3, 1, states, &saved)[0], CheckpointKind::kFull, "step 3");
-    ranks.CloseAll();
+    ExpectKinds(SaveStepsInOneOpening(root, world(), options, 3, 1, states, &saved)[0], CheckpointKind::kFull,
+                "step 3");
   }
   ExpectRestores(root, 3, saved[3]);
 }
@@ -295,25 +297,19 @@ TEST_P(DistributedResumeTest, FullEveryCountsTheDeltasBeforeTheRestart) {
   States states = InitialStates(world(), 14);
   std::map<int64_t, States> saved;
   {
-    Ranks ranks(root, world(), options, absl::Seconds(20));
-    std::vector<std::vector<SaveStats>> before = SaveSteps(ranks, 1, 3, states, &saved);
-    ranks.CloseAll();
+    std::vector<std::vector<SaveStats>> before = SaveStepsInOneOpening(root, world(), options, 1, 3, states, &saved);
     ASSERT_FALSE(HasFailure());
     ExpectKinds(before[2], CheckpointKind::kDelta, "step 3");
   }
   {
-    Ranks ranks(root, world(), options, absl::Seconds(20));
-    std::vector<std::vector<SaveStats>> after = SaveSteps(ranks, 4, 2, states, &saved);
-    ranks.CloseAll();
+    std::vector<std::vector<SaveStats>> after = SaveStepsInOneOpening(root, world(), options, 4, 2, states, &saved);
     ASSERT_FALSE(HasFailure());
     ExpectKinds(after[0], CheckpointKind::kFull, "step 4");
     ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
   }
   // One delta (step 5) before this restart: one more after it, then full.
   {
-    Ranks ranks(root, world(), options, absl::Seconds(20));
-    std::vector<std::vector<SaveStats>> more = SaveSteps(ranks, 6, 2, states, &saved);
-    ranks.CloseAll();
+    std::vector<std::vector<SaveStats>> more = SaveStepsInOneOpening(root, world(), options, 6, 2, states, &saved);
     ASSERT_FALSE(HasFailure());
     ExpectKinds(more[0], CheckpointKind::kDelta, "step 6");
     ExpectKinds(more[1], CheckpointKind::kFull, "step 7");
@@ -339,9 +335,7 @@ TEST(DistributedResume, OneRankTurnedOffMakesTheFirstSaveFullOnEveryRank) {
   States states = InitialStates(2, 15);
   std::map<int64_t, States> saved;
   {
-    Ranks ranks(root, 2, options, absl::Seconds(20));
-    SaveSteps(ranks, 1, 2, states, &saved);
-    ranks.CloseAll();
+    SaveStepsInOneOpening(root, 2, options, 1, 2, states, &saved);
   }
   std::shared_ptr<CoordinationStore> store = NewInProcessStore();
   std::vector<std::unique_ptr<Engine>> engines(2);
