@@ -7,12 +7,46 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "io/posix_file.h"
 #include "util/errno_status.h"
 #include "util/log.h"
 
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace ckpt::internal {
 namespace {
+
+// How long a wait with transfers in flight and none completing goes before it
+// is reported (then again at twice the time, and so on).
+constexpr absl::Duration kNoProgressReport = absl::Seconds(30);
+
+// ThreadSanitizer does not see liburing map or unmap a ring's memory (liburing
+// makes those system calls itself), so when the kernel maps a new ring where a
+// closed one was, the new ring's first writes look like races with the old
+// ring's last ones, made by another thread. The kernel orders the unmap before
+// the map that reuses the address; these tell ThreadSanitizer so, page by page
+// (release before the unmap, acquire after the map). Nothing in other builds.
+enum class RingMemory { kMapped, kUnmapping };
+void AnnotateRingMemory([[maybe_unused]] io_uring& ring, [[maybe_unused]] RingMemory event) {
+#if defined(__SANITIZE_THREAD__)
+  constexpr uintptr_t kPage = 4096;
+  auto each_page = [&](void* start, size_t bytes) {
+    if (start == nullptr) return;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(start) & ~(kPage - 1);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(start) + bytes;
+    for (uintptr_t page = begin; page < end; page += kPage) {
+      if (event == RingMemory::kMapped) __tsan_acquire(reinterpret_cast<void*>(page));
+      else __tsan_release(reinterpret_cast<void*>(page));
+    }
+  };
+  each_page(ring.sq.ring_ptr, ring.sq.ring_sz);
+  each_page(ring.cq.ring_ptr, ring.cq.ring_sz);
+  each_page(ring.sq.sqes, sizeof(io_uring_sqe) * ring.sq.ring_entries);
+#endif
+}
 
 class UringIoQueue final : public IoQueue {
  public:
@@ -21,7 +55,10 @@ class UringIoQueue final : public IoQueue {
     // Transfers still in flight would write into freed memory: wait them out.
     std::vector<IoCompletion> ignored;
     if (in_flight_ > 0) (void)Reap(in_flight_, &ignored);
-    if (initialized_) io_uring_queue_exit(&ring_);
+    if (initialized_) {
+      AnnotateRingMemory(ring_, RingMemory::kUnmapping);
+      io_uring_queue_exit(&ring_);
+    }
   }
 
   absl::Status Init() {
@@ -32,6 +69,7 @@ class UringIoQueue final : public IoQueue {
                                                  ErrnoName(-rc), ")"));
     }
     initialized_ = true;
+    AnnotateRingMemory(ring_, RingMemory::kMapped);
     return absl::OkStatus();
   }
 
@@ -66,10 +104,17 @@ class UringIoQueue final : public IoQueue {
       if (!fd.ok()) return fd.status();
       fds_.push_back(*fd);
     }
+    // Room for every entry first, so a refused Submit leaves none behind
+    // (an entry left queued would be handed to the kernel by a later submit
+    // and complete with a tag its caller believes was never started).
+    if (io_uring_sq_space_left(&ring_) < ops.size()) {
+      return absl::InternalError(absl::StrCat("io_uring submission queue full: ",
+                                              io_uring_sq_space_left(&ring_), " free, ",
+                                              ops.size(), " needed"));
+    }
     for (size_t i = 0; i < ops.size(); ++i) {
       const IoOp& op = ops[i];
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      if (sqe == nullptr) return absl::InternalError("io_uring submission queue full");
       const int fd = fds_[i];
       const bool fixed = registered_ && op.buf_index >= 0;
       if (op.kind == IoOp::Kind::kWrite) {
@@ -96,6 +141,8 @@ class UringIoQueue final : public IoQueue {
   absl::Status Reap(size_t min_complete, std::vector<IoCompletion>* out) override {
     if (min_complete > in_flight_) min_complete = in_flight_;
     size_t reaped = 0;
+    absl::Duration waited_idle;  // since the last completion
+    absl::Duration next_report = kNoProgressReport;
     while (true) {
       io_uring_cqe* cqes[64];
       unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 64);
@@ -106,6 +153,10 @@ class UringIoQueue final : public IoQueue {
       reaped += n;
       in_flight_ -= n;
       if (reaped >= min_complete) return absl::OkStatus();
+      if (n > 0) {
+        waited_idle = absl::ZeroDuration();
+        next_report = kNoProgressReport;
+      }
       // Waits in slices: a transfer counted in flight whose entry the
       // kernel has not taken yet (a submit that took fewer than queued)
       // would never complete, so each slice that ends with none done hands
@@ -115,6 +166,19 @@ class UringIoQueue final : public IoQueue {
       __kernel_timespec slice{.tv_sec = 1, .tv_nsec = 0};
       int rc = io_uring_wait_cqe_timeout(&ring_, &cqe, &slice);
       if (rc == -ETIME) {
+        waited_idle += absl::Seconds(slice.tv_sec);
+        if (waited_idle >= next_report) {
+          // A transfer the kernel never completes cannot be given up (its
+          // buffer may still be written into); say so, with what the ring
+          // holds, so a hang leaves evidence.
+          Log(LogLevel::kWarning,
+              absl::StrCat("io_uring: ", in_flight_, " transfer(s) in flight and none completed for ",
+                           absl::FormatDuration(waited_idle), " (queued, not taken by the kernel: ",
+                           io_uring_sq_ready(&ring_), "; completions ready: ",
+                           io_uring_cq_ready(&ring_), "; ring flags 0x",
+                           absl::Hex(IO_URING_READ_ONCE(*ring_.sq.kflags)), ")"));
+          next_report *= 2;
+        }
         if (io_uring_sq_ready(&ring_) > 0) {
           const unsigned queued = io_uring_sq_ready(&ring_);
           const int submitted = io_uring_submit(&ring_);
