@@ -271,6 +271,46 @@ TEST_P(DistributedResumeTest, ADamagedPartOfOneRankMakesTheFirstSaveFullOnEveryR
   ExpectRestores(root, 5, saved[5]);
 }
 
+// Rank 1's manifest of the newest step damaged (its checksum in the
+// checkpoint's MANIFEST.json no longer matches): that step is not a
+// checkpoint any more, for every rank alike, so every rank rebuilds from the
+// step before it and the first save is a delta against that on every rank.
+TEST_P(DistributedResumeTest, ADamagedManifestOfOneRankMakesEveryRankRebuildFromTheStepBefore) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  const EngineOptions options = DeltaOptionsFor(GetParam().base, 10);
+  States states = InitialStates(world(), 16);
+  std::map<int64_t, States> saved;
+  {
+    SaveStepsInOneOpening(root, world(), options, 1, 3, states, &saved);
+  }
+  ASSERT_FALSE(HasFailure());
+  const std::string manifest = root + "/" + StepDirName(3) + "/rank-00001.MANIFEST.json";
+  {
+    FILE* f = std::fopen(manifest.c_str(), "r+b");
+    ASSERT_NE(f, nullptr) << manifest;
+    ASSERT_EQ(std::fseek(f, 10, SEEK_SET), 0);
+    const int c = std::fgetc(f);
+    ASSERT_EQ(std::fseek(f, 10, SEEK_SET), 0);
+    std::fputc(c ^ 0x20, f);
+    std::fclose(f);
+  }
+  {
+    std::vector<std::vector<SaveStats>> after = SaveStepsInOneOpening(root, world(), options, 4, 2, states, &saved);
+    ASSERT_FALSE(HasFailure());
+    ExpectKinds(after[0], CheckpointKind::kDelta, "step 4, the first after the restart");
+    ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
+  }
+  auto summary = SummarizeCheckpoint(root, 4);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->base_step, differential() ? 1 : 2) << "step 4 is not against the intact step";
+  for (int64_t step : {1, 2, 4, 5}) ExpectRestores(root, step, saved[step]);
+  // The damaged step is refused, not misread.
+  ReaderOptions damaged;
+  damaged.step = 3;
+  EXPECT_FALSE(Reader::Open(root, damaged).ok());
+}
+
 TEST_P(DistributedResumeTest, TurnedOffTheFirstSaveIsFullOnEveryRank) {
   ScratchDir dir;
   const std::string root = dir.Join("root");

@@ -32,7 +32,7 @@ if [[ ${CKPT_SKIP_TSAN:-0} != 1 ]]; then
   tsan_tests=(async_engine_test engine_test delta_test device_staging_test stall_timeout_test
               encoder_buffers_test staging_copy_test distributed_engine_test worker_pool_test
               planes_compression_test delta_policy_test chain_restore_test preemption_test
-              distributed_resume_test)
+              distributed_resume_test resume_agreement_test)
   # (The two-rank crash sweep repeats what the other cases cover, 100 times.)
   # (chain_restore_test: one codec of three -- the reader thread is the same
   # for all, and the full set takes 3.5 min under TSan.)
