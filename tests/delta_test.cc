@@ -5,8 +5,10 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
@@ -141,6 +143,56 @@ TEST(DeltaPolicyTest, FullEveryNAndFallbackToFullWhenNotSmaller) {
   EXPECT_EQ(stats->kind, CheckpointKind::kFull);
   auto got = ReadAllAt(dir.Join("root"), 100);
   EXPECT_EQ(got[0].bytes, state[0].bytes);
+}
+
+// A delta whose every tensor was stored whole (none would be smaller) is a
+// full checkpoint. Before the fix, a differential engine then took deltas
+// labelled against it while its reference still held the older full save's
+// values (every later save fell back whole; one close to the old values
+// would have restored wrong, caught only by its checksum).
+TEST(DeltaPolicyTest, DeltasAfterASaveWhoseEveryTensorFellBackRestore) {
+  for (DeltaOptions::Base base : {DeltaOptions::Base::kDifferential, DeltaOptions::Base::kChained}) {
+    for (DeltaOptions::Mode mode : {DeltaOptions::Mode::kExact, DeltaOptions::Mode::kTopK}) {
+      const std::string what = absl::StrCat(base == DeltaOptions::Base::kDifferential ? "differential" : "chained",
+                                            mode == DeltaOptions::Mode::kExact ? " exact" : " top-k");
+      ScratchDir dir;
+      EngineOptions options = DeltaEngine(mode, 100, /*ratio=*/1.0);
+      options.delta.base = base;
+      auto engine = Engine::Open(dir.Join("root"), options);
+      ASSERT_TRUE(engine.ok()) << what;
+      std::vector<OwnedTensor> state = {RandomTensor("a", DType::kFloat32, {10000}, 1),
+                                        RandomTensor("b", DType::kInt64, {3000}, 2)};
+      std::mt19937_64 rng(7);
+      std::vector<std::optional<CheckpointKind>> kinds;
+      std::map<int64_t, std::vector<OwnedTensor>> saved;
+      for (int64_t step = 1; step <= 5; ++step) {
+        // Step 3: every element of every tensor changes to random bits;
+        // step 4 goes back to close to step 2 (close to the full save too).
+        if (step == 4) state = saved[2];
+        for (OwnedTensor& t : state) Mutate(t, step == 3 ? 1.0 : 0.01, rng);
+        auto stats = (*engine)->Save(step, Views(state));
+        ASSERT_TRUE(stats.ok()) << what << " step " << step << ": " << stats.status();
+        kinds.push_back(stats->kind);
+        saved[step] = state;
+      }
+      // Step 4 is full either way: chained, because it is far from step 3
+      // (every tensor falls back again); differential, because the
+      // reference held step 1's values, not the step 3 it would be against.
+      constexpr CheckpointKind kF = CheckpointKind::kFull, kD = CheckpointKind::kDelta;
+      EXPECT_EQ(kinds, (std::vector<std::optional<CheckpointKind>>{kF, kD, kF, kF, kD})) << what;
+      ASSERT_TRUE((*engine)->Close().ok());
+      auto summary = SummarizeCheckpoint(dir.Join("root"), 5);
+      ASSERT_TRUE(summary.ok()) << summary.status();
+      EXPECT_EQ(summary->base_step, 4) << what;
+      for (const auto& [step, want] : saved) {
+        std::vector<OwnedTensor> got = ReadAllAt(dir.Join("root"), step);
+        ASSERT_EQ(got.size(), want.size()) << what << " step " << step;
+        for (size_t i = 0; i < want.size(); ++i) {
+          EXPECT_EQ(got[i].bytes, want[i].bytes) << what << " step " << step << " " << want[i].name;
+        }
+      }
+    }
+  }
 }
 
 TEST(DeltaPolicyTest, NewEngineContinuesFromTheNewestUnlessTurnedOff) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -354,6 +355,45 @@ TEST_P(DistributedResumeTest, FullEveryCountsTheDeltasBeforeTheRestart) {
     ExpectKinds(more[0], CheckpointKind::kDelta, "step 6");
     ExpectKinds(more[1], CheckpointKind::kFull, "step 7");
   }
+  for (const auto& [step, want] : saved) ExpectRestores(root, step, want);
+}
+
+// Without a restart, ranks may also save different kinds: here rank 1's
+// every tensor changes entirely at step 3 (all stored whole: its part is
+// full) while rank 0's part is a delta. The save commits; with differential
+// deltas the next save is then full on every rank (rank 0's decision says
+// the kinds were mixed), so no later delta has parts of different bases.
+TEST_P(DistributedResumeTest, MixedKindsInOneSaveKeepEveryLaterSaveCommitting) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  const EngineOptions options = DeltaOptionsFor(GetParam().base, 100);
+  States states = InitialStates(world(), 17);
+  std::map<int64_t, States> saved;
+  Ranks ranks(root, world(), options, absl::Seconds(20));
+  std::vector<std::vector<SaveStats>> stats = SaveSteps(ranks, 1, 2, states, &saved);
+  // Rank 0's own tensors change as usual; every other tensor (the
+  // replicated ones alike on every rank) to random bytes.
+  Step(states[0], 0, 3);
+  for (int r = 0; r < world(); ++r) {
+    for (OwnedTensor& t : states[r]) {
+      if (r == 0 && !IsReplicated(t.name)) continue;
+      std::mt19937_64 rng(IsReplicated(t.name) ? 99 : 1000 + r);
+      for (uint8_t& b : t.bytes) b = static_cast<uint8_t>(rng());
+    }
+  }
+  stats.push_back(SaveAll(ranks, 3, states));
+  saved[3] = states;
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(stats[2][0].kind, CheckpointKind::kDelta) << "rank 0's part of step 3";
+  for (int r = 1; r < world(); ++r) EXPECT_EQ(stats[2][r].kind, CheckpointKind::kFull) << "rank " << r << " step 3";
+  std::vector<std::vector<SaveStats>> after = SaveSteps(ranks, 4, 3, states, &saved);
+  ranks.CloseAll();
+  ASSERT_FALSE(HasFailure());
+  // (Chained, the kinds may differ again at step 4 — rank 0's restore-read
+  // bound counts step 3's whole records — which chained deltas allow.)
+  if (differential()) ExpectKinds(after[0], CheckpointKind::kFull, "step 4");
+  ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
+  ExpectKinds(after[2], CheckpointKind::kDelta, "step 6");
   for (const auto& [step, want] : saved) ExpectRestores(root, step, want);
 }
 

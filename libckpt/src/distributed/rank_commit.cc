@@ -36,6 +36,11 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr absl::string_view kCommit = "commit";
+// Rank 0's decision to commit a save whose parts are full on some ranks and
+// deltas on others (see `RankCommitter::last_commit_mixed_kinds`).
+constexpr absl::string_view kCommitMixedKinds = "commit:mixed-kinds";
+
+bool IsCommit(absl::string_view decision) { return decision == kCommit || decision == kCommitMixedKinds; }
 constexpr absl::string_view kAbortPrefix = "abort:";
 constexpr absl::string_view kOk = "ok";
 constexpr absl::string_view kErrorPrefix = "error:";
@@ -168,6 +173,7 @@ absl::Status RankCommitter::CommitPart(int64_t step, const std::string& temp_dir
                                               report.dump());
   reported_ = temp_dir;
   times_ = Times{};
+  last_commit_mixed_kinds_ = false;
   if (!reported.ok()) return LostStore(rank(), "nothing (reporting its part)", reported);
   KillPoint("commit.rank_reported");
   if (rank() == 0) return CommitAsRankZero(step, temp_dir, final_name, part, extras_json, cancelled);
@@ -332,9 +338,17 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
   if (written.ok()) written = fs_->SyncDir(temp_dir);
   if (!written.ok()) return DecideAbort(temp_dir, Annotate(written, "rank 0"));
   KillPoint("commit.manifest");
-  auto held = options_.store->SetIfAbsent(decision_key, std::string(kCommit));
+  bool any_full = false;
+  bool any_delta = false;
+  for (const RankPart& p : global.ranks) {
+    any_full |= p.kind == CheckpointKind::kFull;
+    any_delta |= p.kind == CheckpointKind::kDelta;
+  }
+  const absl::string_view commit = any_full && any_delta ? kCommitMixedKinds : kCommit;
+  auto held = options_.store->SetIfAbsent(decision_key, std::string(commit));
   if (!held.ok()) return LostStore(0, "nothing (deciding to commit)", held.status());
-  if (*held != kCommit) return DecodeStatus(absl::string_view(*held).substr(kAbortPrefix.size()));
+  if (*held != commit) return DecodeStatus(absl::string_view(*held).substr(kAbortPrefix.size()));
+  last_commit_mixed_kinds_ = commit == kCommitMixedKinds;
   KillPoint("commit.decided");
   absl::Status committed = CommitCheckpoint(*fs_, root_, temp_dir, final_name);
   times_.commit_latency_s = absl::ToDoubleSeconds(absl::Now() - all_reported);
@@ -372,12 +386,13 @@ absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const Ca
     decision = options_.store->SetIfAbsent(decision_key, absl::StrCat(kAbortPrefix, EncodeStatus(reason)));
     if (!decision.ok()) return LostStore(rank(), "rank 0's decision", decision.status());
   }
-  if (*decision != kCommit) {
+  if (!IsCommit(*decision)) {
     if (!absl::StartsWith(*decision, kAbortPrefix)) {
       return absl::InternalError(absl::StrCat("unreadable decision in the coordination store: ", *decision));
     }
     return DecodeStatus(absl::string_view(*decision).substr(kAbortPrefix.size()));
   }
+  last_commit_mixed_kinds_ = *decision == kCommitMixedKinds;
   // Rank 0 decided to commit: the rest is its renames and fsyncs.
   auto result = WaitFor(SaveKey(temp_dir, "result"), absl::Now() + patience, nullptr);
   if (!result.ok()) {
@@ -408,7 +423,7 @@ absl::Status RankCommitter::AbandonPart(const std::string& temp_dir, const absl:
   const absl::Status own(error.code(), absl::StrCat("rank ", rank(), " failed: ", error.message()));
   auto held = options_.store->SetIfAbsent(SaveKey(temp_dir, "decision"),
                                           absl::StrCat(kAbortPrefix, EncodeStatus(own)));
-  if (!held.ok() || *held == kCommit) return error;
+  if (!held.ok() || IsCommit(*held)) return error;
   const absl::Status decided = DecodeStatus(absl::string_view(*held).substr(kAbortPrefix.size()));
   if (decided.message() == own.message()) return error;  // this rank's own failure decided it
   return absl::Status(decided.code(), absl::StrCat(decided.message(), " (rank ", rank(),

@@ -7,8 +7,10 @@
 //   P/current/<r>            the step rank r is persisting now (for messages)
 //   P/<temp>/report/<r>      rank r's part: durable (manifest name, checksum,
 //                            kind, base) or failed (why)
-//   P/<temp>/decision        "commit" (rank 0, once every part checked out)
-//                            or "abort:<code>:<why>" (any rank); set once,
+//   P/<temp>/decision        "commit" (rank 0, once every part checked out;
+//                            "commit:mixed-kinds" when some parts are full
+//                            and others deltas) or "abort:<code>:<why>"
+//                            (any rank); set once,
 //                            atomically, so no rank gives up on a save
 //                            another rank goes on to commit
 //   P/<temp>/result          rank 0, after "commit": "ok" or "error:<code>:<why>"
@@ -79,6 +81,12 @@ class RankCommitter {
     double commit_latency_s = 0;
   };
   const Times& last_times() const { return times_; }
+  // Whether the save the last `CommitPart` committed had full parts and delta
+  // parts (one rank's read bound, or a rank whose every tensor was stored
+  // whole). Every rank learns it from rank 0's decision, so with
+  // differential deltas every rank can take its next save full alike, before
+  // their bases part ways.
+  bool last_commit_mixed_kinds() const { return last_commit_mixed_kinds_; }
 
   // This rank's part of the save into `temp_dir` failed with `error` (or the
   // save was given up): reports it, unless `CommitPart` already did, so no
@@ -115,6 +123,7 @@ class RankCommitter {
   // The temp directory whose save this rank reported last (persister thread).
   std::string reported_;
   Times times_;
+  bool last_commit_mixed_kinds_ = false;
 };
 
 }  // namespace ckpt::internal

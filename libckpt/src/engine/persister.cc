@@ -487,6 +487,19 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     reference_->Retain(job.tensors);
     reference_->Committed(job.step(), manifest.manifest_xxh3, manifest.kind == CheckpointKind::kDelta,
                           differential(), manifest.shard_bytes());
+    if (differential() && plan.delta && !any_delta) {
+      // Every tensor was stored whole, so this save is full, but a
+      // differential reference still holds the last full save's values:
+      // the next save is full, and the deltas after it are against that.
+      reference_->Invalidate();
+    } else if (differential() && committer != nullptr && committer->last_commit_mixed_kinds()) {
+      // Some ranks saved full, others deltas: their next deltas would have
+      // different bases. Every rank learnt it from rank 0's decision and
+      // takes its next save full.
+      reference_->Invalidate();
+      Log(LogLevel::kInfo, absl::StrCat("step ", job.step(), " in ", ctx_.root,
+                                        " has full parts and delta parts: the next save is full on every rank"));
+    }
   }
   stats->tensor_bytes = manifest.tensor_bytes();
   stats->file_bytes = manifest.shard_bytes();
