@@ -172,6 +172,16 @@ void ExpectRestores(const std::string& root, int64_t step, const States& want) {
   EXPECT_TRUE((*merged)->Verify().ok()) << "step " << step;
 }
 
+void FlipByte(const std::string& path, long offset) {
+  FILE* f = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(f, nullptr) << path;
+  ASSERT_EQ(std::fseek(f, offset, SEEK_SET), 0) << path;
+  const int c = std::fgetc(f);
+  ASSERT_EQ(std::fseek(f, offset, SEEK_SET), 0) << path;
+  std::fputc(c ^ 0x5A, f);
+  std::fclose(f);
+}
+
 // Flips a byte of rank `rank`'s first shard file of step `step`.
 void DamageShardOfRank(const std::string& root, int64_t step, int rank) {
   const std::string dir = root + "/" + StepDirName(step);
@@ -184,12 +194,7 @@ void DamageShardOfRank(const std::string& root, int64_t step, int rank) {
     }
   }
   ASSERT_FALSE(shard.empty()) << "no shard of rank " << rank << " in " << dir;
-  FILE* f = std::fopen((dir + "/" + shard).c_str(), "r+b");
-  ASSERT_NE(f, nullptr) << shard;
-  const int c = std::fgetc(f);
-  std::fseek(f, 0, SEEK_SET);
-  std::fputc(c ^ 0x5A, f);
-  std::fclose(f);
+  FlipByte(dir + "/" + shard, 0);
 }
 
 EngineOptions DeltaOptionsFor(DeltaOptions::Base base, int full_every) {
@@ -213,63 +218,61 @@ class DistributedResumeTest : public ::testing::TestWithParam<Case> {
  protected:
   bool differential() const { return GetParam().base == DeltaOptions::Base::kDifferential; }
   int world() const { return GetParam().world; }
+
+  // Steps 1..3 of a state from `seed` saved in a first opening of root_ (a
+  // full save, then deltas; full_every 10).
+  std::vector<std::vector<SaveStats>> SaveBeforeTheRestart(uint64_t seed) {
+    states_ = InitialStates(world(), seed);
+    return SaveStepsInOneOpening(root_, world(), options_, 1, 3, states_, &saved_);
+  }
+  // Steps 4 and 5, in a second opening.
+  std::vector<std::vector<SaveStats>> SaveAfterTheRestart() {
+    return SaveStepsInOneOpening(root_, world(), options_, 4, 2, states_, &saved_);
+  }
+
+  ScratchDir dir_;
+  const std::string root_ = dir_.Join("root");
+  const EngineOptions options_ = DeltaOptionsFor(GetParam().base, 10);
+  States states_;
+  std::map<int64_t, States> saved_;
 };
 
 TEST_P(DistributedResumeTest, TheFirstSaveAfterARestartIsADeltaOnEveryRank) {
-  ScratchDir dir;
-  const std::string root = dir.Join("root");
-  const EngineOptions options = DeltaOptionsFor(GetParam().base, 10);
-  States states = InitialStates(world(), 11);
-  std::map<int64_t, States> saved;
-  std::vector<std::vector<SaveStats>> before;
-  {
-    before = SaveStepsInOneOpening(root, world(), options, 1, 3, states, &saved);
-  }
+  std::vector<std::vector<SaveStats>> before = SaveBeforeTheRestart(11);
   ASSERT_FALSE(HasFailure());
   ExpectKinds(before[0], CheckpointKind::kFull, "step 1");
   ExpectKinds(before[2], CheckpointKind::kDelta, "step 3");
-  {
-    std::vector<std::vector<SaveStats>> after = SaveStepsInOneOpening(root, world(), options, 4, 2, states, &saved);
-    ASSERT_FALSE(HasFailure());
-    ExpectKinds(after[0], CheckpointKind::kDelta, "step 4, the first after the restart");
-    ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
-    for (int r = 0; r < world(); ++r) EXPECT_LT(after[0][r].file_bytes, before[0][r].file_bytes) << r;
-  }
-  auto summary = SummarizeCheckpoint(root, 4);
+  std::vector<std::vector<SaveStats>> after = SaveAfterTheRestart();
+  ASSERT_FALSE(HasFailure());
+  ExpectKinds(after[0], CheckpointKind::kDelta, "step 4, the first after the restart");
+  ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
+  for (int r = 0; r < world(); ++r) EXPECT_LT(after[0][r].file_bytes, before[0][r].file_bytes) << r;
+  auto summary = SummarizeCheckpoint(root_, 4);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->kind, CheckpointKind::kDelta);
   EXPECT_EQ(summary->base_step, differential() ? 1 : 3);
-  for (const auto& [step, want] : saved) ExpectRestores(root, step, want);
+  for (const auto& [step, want] : saved_) ExpectRestores(root_, step, want);
 }
 
 TEST_P(DistributedResumeTest, ADamagedPartOfOneRankMakesTheFirstSaveFullOnEveryRank) {
-  ScratchDir dir;
-  const std::string root = dir.Join("root");
-  const EngineOptions options = DeltaOptionsFor(GetParam().base, 10);
-  States states = InitialStates(world(), 12);
-  std::map<int64_t, States> saved;
-  {
-    SaveStepsInOneOpening(root, world(), options, 1, 3, states, &saved);
-  }
+  SaveBeforeTheRestart(12);
   ASSERT_FALSE(HasFailure());
   // Rank 1's part of the full step, which either mode's rebuild reads.
-  DamageShardOfRank(root, 1, 1);
+  DamageShardOfRank(root_, 1, 1);
   {
     ReaderOptions check;
     check.step = 1;
     check.rank = 1;
-    auto reader = Reader::Open(root, check);
+    auto reader = Reader::Open(root_, check);
     ASSERT_TRUE(reader.ok()) << reader.status();
     ASSERT_TRUE(absl::IsDataLoss((*reader)->Verify())) << "the damage went unnoticed";
   }
-  {
-    std::vector<std::vector<SaveStats>> after = SaveStepsInOneOpening(root, world(), options, 4, 2, states, &saved);
-    ASSERT_FALSE(HasFailure());
-    ExpectKinds(after[0], CheckpointKind::kFull, "step 4, the first after the restart");
-    ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
-  }
-  ExpectRestores(root, 4, saved[4]);
-  ExpectRestores(root, 5, saved[5]);
+  std::vector<std::vector<SaveStats>> after = SaveAfterTheRestart();
+  ASSERT_FALSE(HasFailure());
+  ExpectKinds(after[0], CheckpointKind::kFull, "step 4, the first after the restart");
+  ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
+  ExpectRestores(root_, 4, saved_[4]);
+  ExpectRestores(root_, 5, saved_[5]);
 }
 
 // Rank 1's manifest of the newest step damaged (its checksum in the
@@ -277,39 +280,21 @@ TEST_P(DistributedResumeTest, ADamagedPartOfOneRankMakesTheFirstSaveFullOnEveryR
 // checkpoint any more, for every rank alike, so every rank rebuilds from the
 // step before it and the first save is a delta against that on every rank.
 TEST_P(DistributedResumeTest, ADamagedManifestOfOneRankMakesEveryRankRebuildFromTheStepBefore) {
-  ScratchDir dir;
-  const std::string root = dir.Join("root");
-  const EngineOptions options = DeltaOptionsFor(GetParam().base, 10);
-  States states = InitialStates(world(), 16);
-  std::map<int64_t, States> saved;
-  {
-    SaveStepsInOneOpening(root, world(), options, 1, 3, states, &saved);
-  }
+  SaveBeforeTheRestart(16);
   ASSERT_FALSE(HasFailure());
-  const std::string manifest = root + "/" + StepDirName(3) + "/rank-00001.MANIFEST.json";
-  {
-    FILE* f = std::fopen(manifest.c_str(), "r+b");
-    ASSERT_NE(f, nullptr) << manifest;
-    ASSERT_EQ(std::fseek(f, 10, SEEK_SET), 0);
-    const int c = std::fgetc(f);
-    ASSERT_EQ(std::fseek(f, 10, SEEK_SET), 0);
-    std::fputc(c ^ 0x20, f);
-    std::fclose(f);
-  }
-  {
-    std::vector<std::vector<SaveStats>> after = SaveStepsInOneOpening(root, world(), options, 4, 2, states, &saved);
-    ASSERT_FALSE(HasFailure());
-    ExpectKinds(after[0], CheckpointKind::kDelta, "step 4, the first after the restart");
-    ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
-  }
-  auto summary = SummarizeCheckpoint(root, 4);
+  FlipByte(root_ + "/" + StepDirName(3) + "/rank-00001.MANIFEST.json", 10);
+  std::vector<std::vector<SaveStats>> after = SaveAfterTheRestart();
+  ASSERT_FALSE(HasFailure());
+  ExpectKinds(after[0], CheckpointKind::kDelta, "step 4, the first after the restart");
+  ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
+  auto summary = SummarizeCheckpoint(root_, 4);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->base_step, differential() ? 1 : 2) << "step 4 is not against the intact step";
-  for (int64_t step : {1, 2, 4, 5}) ExpectRestores(root, step, saved[step]);
+  for (int64_t step : {1, 2, 4, 5}) ExpectRestores(root_, step, saved_[step]);
   // The damaged step is refused, not misread.
   ReaderOptions damaged;
   damaged.step = 3;
-  EXPECT_FALSE(Reader::Open(root, damaged).ok());
+  EXPECT_FALSE(Reader::Open(root_, damaged).ok());
 }
 
 TEST_P(DistributedResumeTest, TurnedOffTheFirstSaveIsFullOnEveryRank) {
@@ -364,13 +349,10 @@ TEST_P(DistributedResumeTest, FullEveryCountsTheDeltasBeforeTheRestart) {
 // deltas the next save is then full on every rank (rank 0's decision says
 // the kinds were mixed), so no later delta has parts of different bases.
 TEST_P(DistributedResumeTest, MixedKindsInOneSaveKeepEveryLaterSaveCommitting) {
-  ScratchDir dir;
-  const std::string root = dir.Join("root");
-  const EngineOptions options = DeltaOptionsFor(GetParam().base, 100);
-  States states = InitialStates(world(), 17);
-  std::map<int64_t, States> saved;
-  Ranks ranks(root, world(), options, absl::Seconds(20));
-  std::vector<std::vector<SaveStats>> stats = SaveSteps(ranks, 1, 2, states, &saved);
+  States& states = states_;
+  states = InitialStates(world(), 17);
+  Ranks ranks(root_, world(), options_, absl::Seconds(20));
+  std::vector<std::vector<SaveStats>> stats = SaveSteps(ranks, 1, 2, states, &saved_);
   // Rank 0's own tensors change as usual; every other tensor (the
   // replicated ones alike on every rank) to random bytes.
   Step(states[0], 0, 3);
@@ -382,11 +364,11 @@ TEST_P(DistributedResumeTest, MixedKindsInOneSaveKeepEveryLaterSaveCommitting) {
     }
   }
   stats.push_back(SaveAll(ranks, 3, states));
-  saved[3] = states;
+  saved_[3] = states;
   ASSERT_FALSE(HasFailure());
   EXPECT_EQ(stats[2][0].kind, CheckpointKind::kDelta) << "rank 0's part of step 3";
   for (int r = 1; r < world(); ++r) EXPECT_EQ(stats[2][r].kind, CheckpointKind::kFull) << "rank " << r << " step 3";
-  std::vector<std::vector<SaveStats>> after = SaveSteps(ranks, 4, 3, states, &saved);
+  std::vector<std::vector<SaveStats>> after = SaveSteps(ranks, 4, 3, states, &saved_);
   ranks.CloseAll();
   ASSERT_FALSE(HasFailure());
   // (Chained, the kinds may differ again at step 4 — rank 0's restore-read
@@ -394,7 +376,7 @@ TEST_P(DistributedResumeTest, MixedKindsInOneSaveKeepEveryLaterSaveCommitting) {
   if (differential()) ExpectKinds(after[0], CheckpointKind::kFull, "step 4");
   ExpectKinds(after[1], CheckpointKind::kDelta, "step 5");
   ExpectKinds(after[2], CheckpointKind::kDelta, "step 6");
-  for (const auto& [step, want] : saved) ExpectRestores(root, step, want);
+  for (const auto& [step, want] : saved_) ExpectRestores(root_, step, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -137,20 +137,23 @@ TEST(ResumeAgreement, WithoutRankZeroTheOthersDecideFullThemselvesAndRankZeroFol
   EXPECT_EQ(Await(zero), at_one);
 }
 
-TEST(ResumeAgreement, AnUnreadableClaimMakesItFull) {
+// Rank `rank`'s answer (of 2 ranks, claiming "step 7 #ab12") with `value`
+// planted under the key `what` of the agreement.
+absl::Status AnswerWithPlanted(absl::string_view what, const std::string& value, int rank) {
   auto store = NewInProcessStore();
-  ASSERT_TRUE(store->Set(absl::StrCat(kPrefix, "/resume/claim/1"), "{not json").ok());
-  auto zero = StartRank(store, 0, 2, std::string("step 7 #ab12"));
-  const absl::Status at_zero = Await(zero);
+  EXPECT_TRUE(store->Set(absl::StrCat(kPrefix, "/resume/", what), value).ok());
+  auto answer = StartRank(store, rank, 2, std::string("step 7 #ab12"));
+  return Await(answer);
+}
+
+TEST(ResumeAgreement, AnUnreadableClaimMakesItFull) {
+  const absl::Status at_zero = AnswerWithPlanted("claim/1", "{not json", 0);
   EXPECT_TRUE(absl::IsFailedPrecondition(at_zero)) << at_zero;
   EXPECT_THAT(at_zero.message(), HasSubstr("rank 1's claim is unreadable: {not json"));
 }
 
 TEST(ResumeAgreement, AnUnreadableDecisionIsAnError) {
-  auto store = NewInProcessStore();
-  ASSERT_TRUE(store->Set(absl::StrCat(kPrefix, "/resume/decision"), "maybe").ok());
-  auto one = StartRank(store, 1, 2, std::string("step 7 #ab12"));
-  const absl::Status at_one = Await(one);
+  const absl::Status at_one = AnswerWithPlanted("decision", "maybe", 1);
   EXPECT_TRUE(absl::IsInternal(at_one)) << at_one;
   EXPECT_THAT(at_one.message(), HasSubstr("unreadable resume decision"));
 }
