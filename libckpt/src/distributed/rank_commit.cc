@@ -39,11 +39,11 @@ constexpr absl::string_view kCommit = "commit";
 // Rank 0's decision to commit a save whose parts are full on some ranks and
 // deltas on others (see `RankCommitter::last_commit_mixed_kinds`).
 constexpr absl::string_view kCommitMixedKinds = "commit:mixed-kinds";
-
-bool IsCommit(absl::string_view decision) { return decision == kCommit || decision == kCommitMixedKinds; }
 constexpr absl::string_view kAbortPrefix = "abort:";
 constexpr absl::string_view kOk = "ok";
 constexpr absl::string_view kErrorPrefix = "error:";
+
+bool IsCommit(absl::string_view decision) { return decision == kCommit || decision == kCommitMixedKinds; }
 // How long one wait on the store lasts before a waiter checks whether its
 // save was cancelled (or, rank 0, whether another rank aborted it).
 constexpr absl::Duration kWaitSlice = absl::Seconds(1);
