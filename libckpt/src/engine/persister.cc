@@ -42,8 +42,7 @@ absl::Status ReasonToGiveUp(const SaveJob& job) {
   }
   if (PreemptionDeadlinePassed()) {
     return absl::DeadlineExceededError(absl::StrCat(
-        "the preemption grace after ", SignalName(PreemptionSignal()),
-        " ran out; nothing committed, the previous checkpoint stays the latest"));
+        PreemptionGraceRanOut(), "; nothing committed, the previous checkpoint stays the latest"));
   }
   return absl::OkStatus();
 }

@@ -191,8 +191,7 @@ absl::Status EngineImpl::AdmitStep(int64_t step) {
   }
   if (PreemptionDeadlinePassed()) {
     return absl::DeadlineExceededError(absl::StrCat(
-        "save of step ", step, " in ", root_, " refused: the preemption grace after ",
-        SignalName(PreemptionSignal()), " ran out (ckpt/preemption.h)"));
+        "save of step ", step, " in ", root_, " refused: ", PreemptionGraceRanOut(), " (ckpt/preemption.h)"));
   }
   auto existing = fs_->Stat(JoinPath(root_, CheckpointDirName(step)));
   if (existing.ok()) {

@@ -70,8 +70,8 @@ void EngineImpl::Watch() {
 void EngineImpl::AbandonAtDeadline() {
   for (const std::shared_ptr<SaveJob>& job : inflight_) {
     GiveUp(job, absl::DeadlineExceededError(absl::StrCat(
-        "save of step ", job->step(), " in ", root_, " abandoned: not durable when the preemption grace after ",
-        SignalName(PreemptionSignal()), " ran out; nothing committed, the previous checkpoint stays the latest")));
+        "save of step ", job->step(), " in ", root_, " abandoned: not durable when ", PreemptionGraceRanOut(),
+        "; nothing committed, the previous checkpoint stays the latest")));
   }
 }
 

@@ -22,6 +22,9 @@ bool PreemptionDeadlinePassed();
 int PreemptionSignal();
 // "SIGTERM", or "signal 40" for one without a name.
 std::string SignalName(int sig);
+// "the preemption grace after SIGTERM ran out": how the errors of saves
+// refused or given up at the deadline say why.
+std::string PreemptionGraceRanOut();
 
 // Engines count their saves in flight here (+1 when one is queued, -1 once
 // it finished, its temp directory removed if it failed).

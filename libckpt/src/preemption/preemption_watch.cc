@@ -223,6 +223,10 @@ bool PreemptionDeadlinePassed() {
   return deadline.has_value() && std::chrono::steady_clock::now() >= *deadline;
 }
 
+std::string PreemptionGraceRanOut() {
+  return absl::StrCat("the preemption grace after ", SignalName(PreemptionSignal()), " ran out");
+}
+
 int PreemptionSignal() {
   WatchState& s = State();
   return s.phase.load(std::memory_order_acquire) == 2 ? s.signal.load(std::memory_order_relaxed) : 0;
