@@ -153,6 +153,11 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) ckpt::bench::Die("--dir is required");
+  // The engine creates its root, not the root's parents: --dir may be new
+  // (run_all.sh passes $CKPT_BENCH_DIR/run.XXXXXX/chain_restore).
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
+  if (made) ckpt::bench::Die(absl::StrCat("cannot create ", dir, ": ", made.message()));
   const int saves = absl::GetFlag(FLAGS_saves);
   const int reps = absl::GetFlag(FLAGS_reps);
   const std::vector<std::string> bases = absl::StrSplit(absl::GetFlag(FLAGS_bases), ',');

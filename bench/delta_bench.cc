@@ -28,6 +28,7 @@
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
 #include "delta/delta_codec.h"
+#include "testing/codec_testing.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, dir, "", "Directory to write under (required).");

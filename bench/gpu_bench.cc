@@ -6,13 +6,17 @@
 //   d2h:  cudaMemcpyAsync of every tensor into one cudaMallocHost buffer on a
 //         non-blocking stream, then cudaStreamSynchronize; best of --reps
 //         after a warm-up.
-//   save: an engine on a fresh root under --dir; one warm-up save (it sizes
-//         and pins the staging pool), then --reps saves: `SaveAsync` from the
-//         same stream (eager, or lazy + `WaitStaged` with --lazy) timed until
-//         it returns, then `Wait`. Each checkpoint is removed after use.
+//   save: engines on fresh roots under --dir, each save waited for and
+//         removed: (1) no size hint: the first save, which grows the pool
+//         unpinned; (2) `staging_reserve_bytes` = the state's size, waited
+//         until pinned (`reserve_s`, off the caller's thread): the first
+//         save, then --reps saves (`SaveAsync`, eager or lazy + `WaitStaged`
+//         with --lazy); (3) the same lazily staged: what `SaveAsync` alone
+//         holds (`lazy_blocked_s`).
 // Prints one JSON line {"bench": "gpu_save", ...}: medians over the reps;
 // blocked_over_d2h = blocked_s / d2h_memcpy_s (1.0 would mean staging costs
-// the training loop nothing beyond the copy itself). Without a CUDA device it
+// the training loop nothing beyond the copy itself); first_over_steady =
+// the first (reserved) save's blocked time over a steady one's. Without a CUDA device it
 // prints {"bench": "gpu_save", "skipped": "no CUDA device"} and exits 0.
 // Progress goes to stderr.
 
@@ -99,6 +103,76 @@ std::vector<size_t> TensorSizes(uint64_t total, int count) {
   return sizes;
 }
 
+// What `MeasureSaves` saw.
+struct SaveRun {
+  double reserve_s = 0;            // Open to the reserved pool being pinned
+  double first_blocked_s = 0;      // the first save's caller (SaveAsync, + WaitStaged if lazy)
+  std::string first_memory;        // the staging memory the first save used
+  std::vector<double> returned;    // SaveAsync alone, steady saves
+  std::vector<double> blocked;     // SaveAsync (+ WaitStaged), steady saves
+  std::vector<double> staging, persist_gbps, seconds;
+  std::string memory, backend;
+};
+
+// Opens an engine on `root` (with `reserve_bytes` as its staging hint, and
+// waits until that memory is pinned), then saves `views` once plus `reps`
+// more times, each waited for and removed.
+SaveRun MeasureSaves(const std::string& root, ckpt::EngineOptions options,
+                     const std::vector<ckpt::TensorView>& views, int reps, uint64_t reserve_bytes) {
+  SaveRun run;
+  options.staging_reserve_bytes = reserve_bytes;
+  const Clock::time_point opened = Clock::now();
+  auto engine = ckpt::Engine::Open(root, options);
+  if (!engine.ok()) Die(absl::StrCat("Engine::Open: ", engine.status().ToString()));
+  if (reserve_bytes > 0) {
+    // (A training loop would be computing meanwhile: the reservation runs
+    // on its own thread.)
+    while (true) {
+      const ckpt::EngineStats st = (*engine)->stats();
+      if (st.staging_bytes >= reserve_bytes && st.staging_memory != "pageable") break;
+      if (SecondsSince(opened) > 300) Die("the staging reservation did not finish in 300 s");
+      usleep(1000);
+    }
+    run.reserve_s = SecondsSince(opened);
+  }
+  for (int r = 0; r <= reps; ++r) {
+    const Clock::time_point start = Clock::now();
+    auto handle = (*engine)->SaveAsync(r, views);
+    if (!handle.ok()) Die(absl::StrCat("SaveAsync: ", handle.status().ToString()));
+    const double returned = SecondsSince(start);
+    if (options.lazy_staging) {
+      absl::Status staged = (*handle)->WaitStaged();
+      if (!staged.ok()) Die(absl::StrCat("WaitStaged: ", staged.ToString()));
+    }
+    const double held = SecondsSince(start);
+    absl::Status done = (*handle)->Wait();
+    if (!done.ok()) Die(absl::StrCat("Wait: ", done.ToString()));
+    const ckpt::SaveStats stats = (*handle)->stats();
+    Log(absl::StrCat(root, " save ", r, r == 0 ? " (first)" : "", ": returned ", returned, " s, blocked ",
+                     held, " s, staging ", stats.staging_s, " s into ", stats.staging_memory,
+                     ", persist ", stats.persist_gbps, " GB/s"));
+    if (r == 0) {
+      run.first_blocked_s = held;
+      run.first_memory = stats.staging_memory;
+    } else {
+      run.returned.push_back(returned);
+      run.blocked.push_back(held);
+      run.staging.push_back(stats.staging_s);
+      run.persist_gbps.push_back(stats.persist_gbps);
+      run.seconds.push_back(stats.seconds);
+      run.memory = stats.staging_memory;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(stats.dir, ec);
+  }
+  run.backend = std::string((*engine)->backend());
+  absl::Status closed = (*engine)->Close();
+  if (!closed.ok()) Die(absl::StrCat("Close: ", closed.ToString()));
+  std::error_code ec;
+  std::filesystem::remove_all(root, ec);
+  return run;
+}
+
 int Run() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -163,49 +237,28 @@ int Run() {
 
   std::string base = absl::GetFlag(FLAGS_dir);
   if (base.empty()) base = std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp";
-  const std::string root = absl::StrCat(base, "/gpu_bench-", ::getpid());
   ckpt::EngineOptions options;
   options.io.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   options.lazy_staging = absl::GetFlag(FLAGS_lazy);
-  auto engine = ckpt::Engine::Open(root, options);
-  if (!engine.ok()) Die(absl::StrCat("Engine::Open: ", engine.status().ToString()));
 
-  std::vector<double> blocked, staging, persist_gbps, seconds;
-  for (int r = 0; r <= reps; ++r) {  // r == 0 warms up (sizes and pins the staging pool)
-    const Clock::time_point start = Clock::now();
-    auto handle = (*engine)->SaveAsync(r, views);
-    if (!handle.ok()) Die(absl::StrCat("SaveAsync: ", handle.status().ToString()));
-    if (options.lazy_staging) {
-      absl::Status staged = (*handle)->WaitStaged();
-      if (!staged.ok()) Die(absl::StrCat("WaitStaged: ", staged.ToString()));
-    }
-    const double held = SecondsSince(start);
-    absl::Status done = (*handle)->Wait();
-    if (!done.ok()) Die(absl::StrCat("Wait: ", done.ToString()));
-    const ckpt::SaveStats stats = (*handle)->stats();
-    Log(absl::StrCat("save ", r, r == 0 ? " (warm-up)" : "", ": blocked ", held, " s, staging ",
-                     stats.staging_s, " s, persist ", stats.persist_gbps, " GB/s"));
-    if (r > 0) {
-      blocked.push_back(held);
-      staging.push_back(stats.staging_s);
-      persist_gbps.push_back(stats.persist_gbps);
-      seconds.push_back(stats.seconds);
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(stats.dir, ec);
-  }
-  const ckpt::EngineStats engine_stats = (*engine)->stats();
-  const std::string backend((*engine)->backend());
-  absl::Status closed = (*engine)->Close();
-  if (!closed.ok()) Die(absl::StrCat("Close: ", closed.ToString()));
-  std::error_code ec;
-  std::filesystem::remove_all(root, ec);
-
+  // 1. No size hint: the first save grows the pool unpinned (its caller does
+  // not wait for pinning), and the pool is pinned behind it.
+  const SaveRun unreserved = MeasureSaves(absl::StrCat(base, "/gpu_bench-unreserved-", ::getpid()),
+                                          options, views, /*reps=*/1, /*reserve_bytes=*/0);
+  // 2. The pool reserved off the loop at Open (`staging_reserve_bytes`):
+  // the first save and the steady ones.
+  const SaveRun reserved = MeasureSaves(absl::StrCat(base, "/gpu_bench-", ::getpid()), options,
+                                        views, reps, /*reserve_bytes=*/bytes);
+  // 3. Lazy staging, reserved: what `SaveAsync` itself holds the caller.
+  ckpt::EngineOptions lazy_options = options;
+  lazy_options.lazy_staging = true;
+  const SaveRun lazy = MeasureSaves(absl::StrCat(base, "/gpu_bench-lazy-", ::getpid()), lazy_options,
+                                    views, reps, /*reserve_bytes=*/bytes);
   for (void* p : dev) (void)cudaFree(p);
   (void)cudaStreamDestroy(stream);
 
   const double d2h_s = Median(d2h);
-  const double blocked_s = Median(blocked);
+  const double blocked_s = Median(reserved.blocked);
   Json j;
   j["bench"] = "gpu_save";
   j["device"] = prop.name;
@@ -215,16 +268,25 @@ int Run() {
   j["reps"] = reps;
   j["mode"] = options.lazy_staging ? "lazy" : "eager";
   j["blocked_s"] = Round4(blocked_s);
-  j["blocked_s_min"] = Round4(*std::min_element(blocked.begin(), blocked.end()));
+  j["blocked_s_min"] = Round4(*std::min_element(reserved.blocked.begin(), reserved.blocked.end()));
   j["d2h_memcpy_s"] = Round4(d2h_s);
   j["blocked_over_d2h"] = d2h_s > 0 ? Round4(blocked_s / d2h_s) : 0;
   j["d2h_gbps"] = d2h_s > 0 ? Round4(bytes / d2h_s / 1e9) : 0;
   j["staging_gbps"] = blocked_s > 0 ? Round4(bytes / blocked_s / 1e9) : 0;
-  j["staging_s"] = Round4(Median(staging));
-  j["persist_gbps"] = Round4(Median(persist_gbps));
-  j["save_s"] = Round4(Median(seconds));
-  j["staging_memory"] = engine_stats.staging_memory;
-  j["backend"] = backend;
+  j["staging_over_d2h_rate"] = blocked_s > 0 ? Round4(d2h_s / blocked_s) : 0;
+  j["first_save_blocked_s"] = Round4(reserved.first_blocked_s);
+  j["first_over_steady"] = blocked_s > 0 ? Round4(reserved.first_blocked_s / blocked_s) : 0;
+  j["reserve_s"] = Round4(reserved.reserve_s);
+  j["reserve_s_per_gb"] = Round4(reserved.reserve_s / (bytes / 1e9));
+  j["unreserved_first_save_blocked_s"] = Round4(unreserved.first_blocked_s);
+  j["unreserved_first_save_memory"] = unreserved.first_memory;
+  j["lazy_blocked_s"] = Round4(Median(lazy.returned));
+  j["lazy_staged_s"] = Round4(Median(lazy.blocked));
+  j["staging_s"] = Round4(Median(reserved.staging));
+  j["persist_gbps"] = Round4(Median(reserved.persist_gbps));
+  j["save_s"] = Round4(Median(reserved.seconds));
+  j["staging_memory"] = reserved.memory;
+  j["backend"] = reserved.backend;
   j["chunk_bytes"] = options.io.chunk_bytes;
   std::cout << j.dump() << std::endl;
   return 0;

@@ -22,26 +22,36 @@ is its own) inside the same training loop:
                         (its staged copies are cached: the fastest synchronous
                         staging that works without a GPU)
   dcp_async_async_stager  the same with use_async_staging=True
+  dcp_async_process     DCP's strongest configuration this torch has without
+                        a GPU: async_save with the PROCESS checkpointer type
+                        (the write runs in DCP's own background process; a
+                        1-rank gloo group is created for it), one reused
+                        DefaultStager with shared-memory asynchronous staging,
+                        FileSystemWriter(thread_count=--dcp-threads,
+                        sync_files=True: every file fsynced, as ckpt does)
   ckpt                  ckpt eager (Checkpointer(full_every=1))
   ckpt_lazy             ckpt lazy (lazy=True: copied while the loop runs
                         forward/backward; waited on before optimizer.step)
 
-Pinned and shared staging memory, and DCP's non-blocking copies, need a GPU:
-every DCP stager here uses use_pinned_memory=False, use_shared_memory=False,
-use_non_blocking_copy=False (the JSON line says so).
+Pinned staging memory and DCP's non-blocking copies need a GPU: every DCP
+stager here uses use_pinned_memory=False and use_non_blocking_copy=False, and
+all but dcp_async_process use_shared_memory=False (the JSON line says so).
 
 Per saver: the loop's stall per save (median of the steady saves; the first
 save is reported apart: it allocates staging memory), time from the save call
 until durable, bytes on disk, extra peak RSS (VmHWM during the saving loop over
-VmHWM during the same loop without saves). Then a cold restore (page cache
-dropped first): torch.load, dcp.load (in place, the only way it loads),
-ckpt.load (fresh, and into= the live state).
+VmHWM during the same loop without saves). Restores are measured by
+bench/restore_bench.py (each loader in a fresh process, several rounds in
+alternating order, checkpoints written back to back, against fio and a
+buffered read of the same files): timing them here, after savers that wrote
+minutes apart, in one process and one fixed order, flattered whichever ran
+last.
 
 Prints one JSON line {"bench": "peers", ...} with the ratios the issue asks for
 (ckpt_blocked_over_dcp_async: eager vs DCP's best synchronous-staging stall;
-ckpt_lazy_blocked_over_dcp_async: lazy vs DCP's asynchronous staging;
-durable_over_dcp_save: ckpt vs DCP's best dcp.save; restore_speedup_over_dcp_load;
-rss_over_dcp_async) and every raw figure. Progress goes to stderr.
+ckpt_lazy_blocked_over_dcp_async: lazy vs DCP's best asynchronous staging (async
+stager or process checkpointer); durable_over_dcp_save: ckpt vs DCP's best
+dcp.save; rss_over_dcp_async) and every raw figure. Progress goes to stderr.
 
     python3 bench/peers_bench.py [--quick] [--dir DIR] [--saves N] [--keep]
 
@@ -59,13 +69,13 @@ import tempfile
 import threading
 import time
 
+from bench_sizes import gpt_sizes
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))  # the models
 
 SAVERS = ["torch_save", "dcp_save", "dcp_save_threads", "dcp_async", "dcp_async_sync_stager",
-          "dcp_async_async_stager", "ckpt", "ckpt_lazy"]
-# The savers whose last checkpoint the restore worker loads.
-RESTORED = {"torch_save": "torch_load", "dcp_save": "dcp_load", "ckpt": "ckpt_load"}
+          "dcp_async_async_stager", "dcp_async_process", "ckpt", "ckpt_lazy"]
 DCP_STAGING = dict(use_pinned_memory=False, use_shared_memory=False, use_non_blocking_copy=False)
 
 
@@ -130,8 +140,7 @@ def drop_page_cache(paths):
 
 def make_workload(quick, seed=0):
     import realistic_workloads as workloads
-    sizes = dict(vocab=16384, d=384, layers=4, heads=6) if quick else \
-        dict(vocab=50257, d=768, layers=6, heads=12)
+    sizes = gpt_sizes(quick)
     return workloads, workloads.GptWorkload(seed, seq=64, batch=4, **sizes)
 
 
@@ -209,6 +218,31 @@ class DcpAsync(DcpSave):
             self.stager.close()
 
 
+class DcpAsyncProcess(DcpAsync):
+    """async_save, PROCESS checkpointer, shared-memory async staging (see the top)."""
+
+    def __init__(self, base, args):
+        import socket
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+        TorchSave.__init__(self, base, args)
+        self.threads = args.dcp_threads
+        if not dist.is_initialized():  # the PROCESS checkpointer wants a default group
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+        self.stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=True,
+                                                   use_async_staging=True, use_non_blocking_copy=False))
+
+    def save(self, step, state):
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+        writer = dcp.FileSystemWriter(self.path_of(step), thread_count=self.threads, sync_files=True)
+        return dcp.async_save(state, storage_writer=writer, async_stager=self.stager,
+                              async_checkpointer_type=AsyncCheckpointerType.PROCESS)
+
+
 class Ckpt:
     def __init__(self, base, args, lazy=False):
         import ckpt
@@ -243,6 +277,7 @@ def make_saver(name, base, args):
         "dcp_async": lambda: DcpAsync(base, args),
         "dcp_async_sync_stager": lambda: DcpAsync(base, args, stager_async=False),
         "dcp_async_async_stager": lambda: DcpAsync(base, args, stager_async=True),
+        "dcp_async_process": lambda: DcpAsyncProcess(base, args),
         "ckpt": lambda: Ckpt(base, args),
         "ckpt_lazy": lambda: Ckpt(base, args, lazy=True),
     }[name]()
@@ -344,42 +379,6 @@ def ckpt_step_bytes(root):
     return disk_bytes(os.path.join(root, newest))
 
 
-# -- the restore worker ------------------------------------------------------
-
-def restore_worker(args):
-    import torch
-    import torch.distributed.checkpoint as dcp
-    import ckpt
-    _, w = make_workload(args.quick, seed=1)  # other values: a load has to change them
-    w.forward_backward()
-    w.step()
-    state = w.state()
-    paths = json.loads(args.paths)
-    out = {}
-
-    def timed(name, fn, path):
-        out["cache_drop"] = drop_page_cache([path])
-        start = time.perf_counter()
-        result = fn()
-        out[name + "_s"] = time.perf_counter() - start
-        log(f"{name}: {out[name + '_s']:.2f} s")
-        return result
-
-    if "torch_save" in paths:
-        loaded = timed("torch_load", lambda: torch.load(paths["torch_save"]["path"], weights_only=True),
-                       paths["torch_save"]["path"])
-        del loaded
-    if "dcp_save" in paths:
-        timed("dcp_load", lambda: dcp.load(state, checkpoint_id=paths["dcp_save"]["path"]),
-              paths["dcp_save"]["path"])
-    if "ckpt" in paths:
-        root, step = paths["ckpt"]["path"], paths["ckpt"]["step"]
-        loaded = timed("ckpt_load", lambda: ckpt.load(root, step=step), root)
-        del loaded
-        timed("ckpt_load_into", lambda: ckpt.load(root, step=step, into=state), root)
-    print(json.dumps(out), flush=True)
-
-
 # -- the driver --------------------------------------------------------------
 
 def run_worker(args, extra):
@@ -408,16 +407,13 @@ def main():
                     help='further Checkpointer options of both ckpt savers, as JSON (e.g. \'{"background_nice": 0}\')')
     ap.add_argument("--keep", action="store_true", help="keep the files written")
     ap.add_argument("--worker-timeout", type=float, default=1800)
-    ap.add_argument("--worker", choices=["save", "restore"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["save"], help=argparse.SUPPRESS)
     ap.add_argument("--saver", help=argparse.SUPPRESS)
-    ap.add_argument("--paths", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.saves < 2:
         ap.error("--saves must be at least 2 (the first save is cold)")
     if args.worker == "save":
         return save_worker(args)
-    if args.worker == "restore":
-        return restore_worker(args)
 
     import torch
     savers = args.only.split(",") if args.only else SAVERS
@@ -431,7 +427,7 @@ def main():
          "torch_threads": torch.get_num_threads(), "saves": args.saves, "dcp_threads": args.dcp_threads,
          "dcp_staging_options": DCP_STAGING, "ckpt_options": json.loads(args.ckpt_options),
          "cuda": torch.cuda.is_available()}
-    results, restored = {}, {}
+    results = {}
     try:
         for s in savers:
             log(f"saver {s}")
@@ -442,14 +438,8 @@ def main():
             log(f"  stall {res['stall_s']:.3f} s (first {res['first_stall_s']:.3f}), durable "
                 f"{res['durable_s']:.2f} s, {res['disk_bytes'] / 1e9:.3f} GB on disk, extra peak RSS "
                 f"{res['peak_rss_extra_bytes'] / 1e9:.3f} GB, step {res['step_s']:.3f} s")
-            if s in RESTORED:
-                restored[s] = {"path": res["path"], "step": res["step"]}
-            else:
-                shutil.rmtree(os.path.join(args.dir_run, s), ignore_errors=True)
-                os.sync()  # the removal settles before the next saver writes
-        if restored:
-            log("restore (cold)")
-            r.update(run_worker(args, ["--worker", "restore", "--paths", json.dumps(restored)]))
+            shutil.rmtree(os.path.join(args.dir_run, s), ignore_errors=True)
+            os.sync()  # the removal settles before the next saver writes
     finally:
         if args.keep:
             log(f"kept {args.dir_run}")
@@ -468,11 +458,12 @@ def main():
         return min(vals) if vals else (None, None)
 
     sync_stall, sync_name = best(["dcp_async", "dcp_async_sync_stager"], "stall_s")
-    async_stall, _ = best(["dcp_async_async_stager"], "stall_s")
+    async_stall, async_name = best(["dcp_async_async_stager", "dcp_async_process"], "stall_s")
     dcp_durable, dcp_durable_name = best(["dcp_save", "dcp_save_threads"], "durable_s")
     get = lambda s, k: results[s][k] if s in results else None  # noqa: E731
     r.update({
         "dcp_sync_staging_reference": sync_name, "dcp_save_reference": dcp_durable_name,
+        "dcp_async_staging_reference": async_name,
         "ckpt_blocked_over_dcp_async": ratio(get("ckpt", "stall_s"), sync_stall),
         # Each synchronous-staging configuration on its own (the ratio above
         # takes the faster one).
@@ -484,12 +475,10 @@ def main():
         "ckpt_blocked_over_torch_save": ratio(get("ckpt", "stall_s"), get("torch_save", "stall_s")),
         "durable_over_dcp_save": ratio(get("ckpt", "durable_s"), dcp_durable),
         "lazy_durable_over_dcp_save": ratio(get("ckpt_lazy", "durable_s"), dcp_durable),
-        "restore_speedup_over_dcp_load": ratio(r.get("dcp_load_s"), r.get("ckpt_load_into_s")),
-        "fresh_restore_speedup_over_torch_load": ratio(r.get("torch_load_s"), r.get("ckpt_load_s")),
         "rss_over_dcp_async": ratio(get("ckpt", "peak_rss_extra_bytes"),
                                     get(sync_name, "peak_rss_extra_bytes") if sync_name else None),
         "lazy_rss_over_dcp_async": ratio(get("ckpt_lazy", "peak_rss_extra_bytes"),
-                                         get("dcp_async_async_stager", "peak_rss_extra_bytes")),
+                                         get(async_name, "peak_rss_extra_bytes") if async_name else None),
         "disk_over_dcp_save": ratio(get("ckpt", "disk_bytes"), get("dcp_save", "disk_bytes")),
     })
     print(json.dumps(r), flush=True)

@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from bench_sizes import gpt_sizes
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))  # the models
 
@@ -51,8 +53,7 @@ def child(root, out, quick, inflight):
     import ckpt
     import realistic_workloads as workloads
 
-    sizes = dict(vocab=16384, d=384, layers=4, heads=6) if quick else \
-        dict(vocab=50257, d=768, layers=6, heads=12)
+    sizes = gpt_sizes(quick)
     w = workloads.GptWorkload(0, seq=16, batch=1, **sizes)
     for _ in range(2):
         w.forward_backward()

@@ -68,6 +68,8 @@ import sys
 import tempfile
 import time
 
+from bench_sizes import gpt_sizes
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))  # the models
 
@@ -113,8 +115,7 @@ class Loop:
     """The model, its optimizer, a batch source and the state to checkpoint."""
 
     def __init__(self, torch, workloads, quick):
-        sizes = dict(vocab=16384, d=384, layers=4, heads=6) if quick else \
-            dict(vocab=50257, d=768, layers=6, heads=12)
+        sizes = gpt_sizes(quick)
         self.torch = torch
         self.w = workloads.GptWorkload(0, seq=16, batch=1, **sizes)
         self.steps = 0  # AdamW steps taken

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # run_all.sh: the one entry point for every benchmark of ckpt.
 #
-#   bench/run_all.sh [--quick] [--only NAME[,NAME...]]
+#   bench/run_all.sh [--quick|--smoke] [--only NAME[,NAME...]]
+#
+# --smoke: every bench once at tiny sizes, seconds each, on the tree in
+# $CKPT_BUILD_DIR as it is configured (tools/test.sh --full runs this so
+# that a bench that broke fails CI); its figures measure nothing. Each
+# bench's outcome is appended to $CKPT_BENCH_RESULTS when set.
 #
 # Installs missing build dependencies (apt), builds a Release tree in
 # $CKPT_BUILD_DIR (default <repo>/build-bench), runs each bench and prints its
@@ -14,12 +19,14 @@
 # lines), and append NAME to BENCHES.
 set -euo pipefail
 
-BENCHES=(io async_save delta chain_restore torch_api real_state preemption background_priority peers distributed reshard)
+BENCHES=(io async_save delta chain_restore torch_api real_state preemption background_priority peers restore distributed reshard dcp_plugin)
 
 # bench_io DATA_DIR: durable write and cold restore per I/O backend vs fio.
 bench_io() {
   local args=(--dir="$1/io")
-  if ((QUICK)); then
+  if ((SMOKE)); then
+    args+=(--bytes=$((8 << 20)) --tensors=8 --reps=1)
+  elif ((QUICK)); then
     args+=(--bytes=$((256 << 20)) --reps=3)
   else
     args+=(--bytes=$((1 << 30)) --reps=5)
@@ -32,8 +39,10 @@ bench_io() {
 # durable throughput vs fio; many small tensors vs few large ones. Also draws
 # the blocked-time plot (matplotlib) and table into $CKPT_BENCH_OUT.
 bench_async_save() {
-  local args=(--dir="$1/async" --torch_script="$ROOT/bench/torch_save_baseline.py")
-  if ((QUICK)); then
+  local args=(--dir="$1/async" --torch_script="$ROOT/bench/torch_save_baseline.py" --python="$PYTHON")
+  if ((SMOKE)); then
+    args+=(--bytes=$((8 << 20)) --tensors=8 --small_tensors=64 --saves=1 --torch_reps=1 --lazy_compute_s=0.05)
+  elif ((QUICK)); then
     args+=(--bytes=$((256 << 20)) --saves=3 --torch_reps=2)
   else
     args+=(--bytes=$((1200 << 20)) --saves=5 --torch_reps=3)
@@ -46,7 +55,9 @@ bench_async_save() {
 # bench_delta DATA_DIR: bytes per delta vs full, blocked and restore times.
 bench_delta() {
   local args=(--dir="$1/delta")
-  if ((QUICK)); then
+  if ((SMOKE)); then
+    args+=(--bytes=$((8 << 20)) --tensors=8 --chain=2 --fractions=0.01 --codec_bytes=$((1 << 20)))
+  elif ((QUICK)); then
     args+=(--bytes=$((256 << 20)) --chain=5 --fractions=0.01)
   else
     args+=(--bytes=$((1 << 30)) --chain=10)
@@ -58,7 +69,11 @@ bench_delta() {
 # exact delta chain of an AdamW state vs its full checkpoint.
 bench_chain_restore() {
   local args=(--dir="$1/chain_restore")
-  if ((QUICK)); then args+=(--reps=3); fi
+  if ((SMOKE)); then
+    args+=(--hidden=32 --layers=1 --warmup=2 --saves=3 --reps=1)
+  elif ((QUICK)); then
+    args+=(--reps=3)
+  fi
   "$BUILD_DIR/bench/chain_restore_bench" "${args[@]}"
 }
 
@@ -67,6 +82,7 @@ bench_chain_restore() {
 bench_torch_api() {
   local args=(--dir="$1/torch_api")
   ((QUICK)) && args+=(--quick)
+  ((SMOKE)) && args+=(--layers=1 --reps=1)
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/torch_api_bench.py" "${args[@]}"
@@ -79,6 +95,7 @@ bench_torch_api() {
 bench_real_state() {
   local args=(--dir="$1/real_state")
   ((QUICK)) && args+=(--quick)
+  ((SMOKE)) && args+=(--reps=1)
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/real_state_bench.py" "${args[@]}"
@@ -98,6 +115,7 @@ bench_preemption() {
 bench_background_priority() {
   local args=(--dir="$1/background_priority")
   ((QUICK)) && args+=(--mb=128)
+  ((SMOKE)) && args+=(--mb=8)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/background_priority_bench.py" "${args[@]}"
 }
@@ -109,11 +127,25 @@ bench_background_priority() {
 bench_peers() {
   local args=(--dir="$1/peers")
   ((QUICK)) && args+=(--quick)
+  ((SMOKE)) && args+=(--saves=2)
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/peers_bench.py" "${args[@]}" | tee "$1/peers.jsonl"
   /usr/bin/python3 "$ROOT/bench/plot_peers.py" "$1/peers.jsonl" \
     "${CKPT_BENCH_OUT:-$BUILD_DIR/bench-results}" >&2 || log "plot skipped"
+}
+
+# bench_restore DATA_DIR: cold restores, each in a fresh process, >= 3 rounds
+# in alternating order: ckpt.load(into=), fresh ckpt.load, compressed and
+# newest-of-11-chained restores, dcp.load, against fio O_DIRECT and a buffered
+# read of the same files measured in the same rounds.
+bench_restore() {
+  local args=(--dir="$1/restore")
+  ((QUICK)) && args+=(--quick)
+  ((SMOKE)) && args+=(--quick --no-chain)
+  ((KEEP)) && args+=(--keep)
+  PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
+    "$PYTHON" "$ROOT/bench/restore_bench.py" "${args[@]}"
 }
 
 # bench_distributed DATA_DIR: 2 ranks (gloo, one process each) writing a 1 GiB
@@ -122,6 +154,7 @@ bench_peers() {
 bench_distributed() {
   local args=(--dir="$1/distributed")
   ((QUICK)) && args+=(--quick)
+  ((SMOKE)) && args+=(--bytes=$((8 << 20)) --saves=1)
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/distributed_bench.py" "${args[@]}"
@@ -133,9 +166,21 @@ bench_distributed() {
 bench_reshard() {
   local args=(--dir="$1/reshard")
   ((QUICK)) && args+=(--quick)
+  ((SMOKE)) && args+=(--vocab=1024 --d=64 --layers=1 --repeat=1)
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/reshard_bench.py" "${args[@]}"
+}
+
+# bench_dcp_plugin DATA_DIR: dcp.save / dcp.async_save / dcp.load of a GPT +
+# AdamW state (~1.1 GB; quick ~190 MB) through ckpt.dcp vs DCP's FileSystemWriter
+# and Reader (2 threads each), a fresh process per side, alternating, medians.
+bench_dcp_plugin() {
+  local args=(--dir="$1/dcp_plugin")
+  ((QUICK)) && args+=(--quick)
+  ((SMOKE)) && args+=(--quick --rounds=1)
+  PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
+    "$PYTHON" "$ROOT/bench/dcp_plugin_bench.py" "${args[@]}"
 }
 
 # ---------------------------------------------------------------------------
@@ -144,13 +189,15 @@ log() { echo "[run_all] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 QUICK=0
+SMOKE=0
 ONLY=""
 while (($#)); do
   case "$1" in
     --quick) QUICK=1 ;;
+    --smoke) SMOKE=1 ;;
     --only) shift; ONLY="${1:-}" ;;
     --only=*) ONLY="${1#--only=}" ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
     *) die "unknown argument: $1" ;;
   esac
   shift
@@ -186,9 +233,14 @@ fi
 PYTHON="$(python3 -c 'import sys; print(sys.executable)')"
 "$PYTHON" -c "import torch" 2>/dev/null || log "no torch in $PYTHON: run tools/setup.sh first (the Python benches will fail)"
 
-log "building $BUILD_DIR (Release)"
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_PYTHON="$PYTHON" >&2
+if ((SMOKE)) && [[ -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  log "smoke run: building the benches in $BUILD_DIR as it is configured"
+else
+  log "building $BUILD_DIR (Release)"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_PYTHON="$PYTHON" >&2
+fi
 cmake --build "$BUILD_DIR" -j2 --target ckpt_benches >&2
+((SMOKE)) && export CKPT_BENCH_SMOKE=1
 
 if [[ -n "${CKPT_BENCH_DIR:-}" ]]; then
   mkdir -p "$CKPT_BENCH_DIR"
@@ -218,6 +270,9 @@ for b in "${BENCHES[@]}"; do
   if ! "bench_$b" "$DATA_DIR"; then
     failed+=("$b")
     log "bench $b FAILED"
+    [[ -n ${CKPT_BENCH_RESULTS:-} ]] && printf 'bench smoke: %s\tfailed\tsee its log above\n' "$b" >>"$CKPT_BENCH_RESULTS"
+  else
+    [[ -n ${CKPT_BENCH_RESULTS:-} ]] && printf 'bench smoke: %s\tpassed\t\n' "$b" >>"$CKPT_BENCH_RESULTS"
   fi
   log "bench $b took $((SECONDS - start)) s"
 done

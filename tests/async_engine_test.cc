@@ -14,9 +14,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -27,6 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
+#include "ckpt/log.h"
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -535,6 +538,133 @@ TEST(AsyncEngineTest, ReserveStagingDoesNothingWhenThePoolIsFixed) {
   std::vector<OwnedTensor> state = SomeState(3);
   ASSERT_TRUE((*engine)->ReserveStaging(Views(state), /*wait=*/true).ok());
   EXPECT_EQ((*engine)->stats().staging_bytes, 4 * options.io.chunk_bytes);
+}
+
+// The staging memory a pool reserved ahead of the saves is prepared as, on
+// this machine ("cudaHostRegister" with a GPU, "mlock" where page-locking is
+// allowed, "pageable" where it is refused).
+std::string ReservedStagingMemory(const std::vector<OwnedTensor>& state) {
+  ScratchDir dir;
+  auto engine = Engine::Open(dir.Join("root"), SmallChunks());
+  if (!engine.ok()) return "?";
+  if (!(*engine)->ReserveStaging(Views(state), /*wait=*/true).ok()) return "?";
+  return (*engine)->stats().staging_memory;
+}
+
+// What a log sink saw, for the length of a test.
+class CapturedLog {
+ public:
+  CapturedLog() {
+    SetLogThreshold(LogSeverity::kInfo);
+    SetLogSink([this](LogSeverity, absl::string_view m) {
+      std::lock_guard<std::mutex> lock(mu_);
+      lines_.emplace_back(m);
+    });
+  }
+  ~CapturedLog() {
+    SetLogSink(nullptr);
+    const char* env = std::getenv("CKPT_LOG");  // the level the suite ran with
+    const std::string level = env != nullptr ? env : "info";
+    SetLogThreshold(level == "debug"     ? LogSeverity::kDebug
+                    : level == "warning" ? LogSeverity::kWarning
+                    : level == "error"   ? LogSeverity::kError
+                    : level == "off"     ? LogSeverity::kOff
+                                         : LogSeverity::kInfo);
+  }
+  bool Has(absl::string_view needle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& l : lines_) {
+      if (absl::StrContains(l, needle)) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+TEST(AsyncEngineTest, AFirstSaveWithoutAReservationStagesUnpinnedAndThePoolIsPinnedBehindIt) {
+  std::vector<OwnedTensor> state = SomeState(5, 600000);
+  const std::string pinned = ReservedStagingMemory(state);
+  if (geteuid() == 0) EXPECT_NE(pinned, "pageable") << "as root, staging memory can be locked";
+  for (bool lazy : {false, true}) {
+    SCOPED_TRACE(lazy ? "lazy" : "eager");
+    CapturedLog log;
+    ScratchDir dir;
+    EngineOptions options = SmallChunks();
+    options.lazy_staging = lazy;
+    auto engine = Engine::Open(dir.Join("root"), options);
+    ASSERT_TRUE(engine.ok());
+    // The first save finds no pool: it grows one without pinning (its caller
+    // does not wait for that), says so, and counts it.
+    auto first = (*engine)->SaveAsync(1, Views(state));
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_TRUE(testing::WaitOrDie(**first, absl::Seconds(60), "first save").ok());
+    EXPECT_EQ((*first)->stats().staging_memory, "pageable");
+    EXPECT_EQ((*engine)->stats().saves_staged_unpinned, 1u);
+    EXPECT_TRUE(log.Has("unpinned")) << "the first save's log line";
+    // Once it is written the pool is pinned behind it: the next save stages
+    // into pinned memory, and nothing is counted again.
+    auto second = (*engine)->SaveAsync(2, Views(state));
+    ASSERT_TRUE(second.ok()) << second.status();
+    ASSERT_TRUE(testing::WaitOrDie(**second, absl::Seconds(60), "second save").ok());
+    EXPECT_EQ((*second)->stats().staging_memory, pinned);
+    EXPECT_EQ((*engine)->stats().staging_memory, pinned);
+    EXPECT_EQ((*engine)->stats().saves_staged_unpinned, 1u);
+    ASSERT_TRUE((*engine)->Close().ok());
+    ExpectCheckpointEquals(dir.Join("root"), 1, state);
+    ExpectCheckpointEquals(dir.Join("root"), 2, state);
+  }
+}
+
+// The pool's background pinning waits for the saves in flight, and a save
+// never waits for it meanwhile: a skipping (or lazy) save started while the
+// first save is still writing must not be held until that save is written.
+TEST(AsyncEngineTest, PinningBehindTheFirstSaveNeverHoldsTheNextSave) {
+  ScratchDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(PosixFileSystem());
+  EngineOptions options = SmallChunks();
+  options.fs = fs;
+  options.when_busy = EngineOptions::BusyPolicy::kSkip;
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<OwnedTensor> state = SomeState(7);
+  fs->SetIoDelay(absl::Milliseconds(20));
+  auto first = (*engine)->SaveAsync(1, Views(state));  // grows the pool unpinned
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ((*engine)->stats().saves_staged_unpinned, 1u);
+  auto second = (*engine)->SaveAsync(2, Views(state));  // the pool is held by step 1
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE((*second)->skipped()) << "the save waited for the first save's writes";
+  EXPECT_FALSE((*first)->Done()) << "the first save finished before the second was asked for";
+  fs->SetIoDelay(absl::ZeroDuration());
+  ASSERT_TRUE(testing::WaitOrDie(**first, absl::Seconds(60), "first save").ok());
+  ASSERT_TRUE((*engine)->Close().ok());
+  EXPECT_EQ(*ListSteps(dir.Join("root")), (std::vector<int64_t>{1}));
+  ExpectCheckpointEquals(dir.Join("root"), 1, state);
+}
+
+TEST(AsyncEngineTest, StagingReserveBytesPinsThePoolBeforeTheFirstSave) {
+  std::vector<OwnedTensor> state = SomeState(6, 600000);
+  uint64_t bytes = 0;
+  for (const OwnedTensor& t : state) bytes += t.bytes.size();
+  const std::string pinned = ReservedStagingMemory(state);
+  ScratchDir dir;
+  EngineOptions options = SmallChunks();
+  options.staging_reserve_bytes = bytes + 64 * options.io.chunk_bytes;  // padding and alignment
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_TRUE(engine.ok());
+  // Right after Open: the save waits for the reservation if it is not done,
+  // and stages into pinned memory.
+  auto first = (*engine)->SaveAsync(1, Views(state));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(testing::WaitOrDie(**first, absl::Seconds(60), "first save").ok());
+  EXPECT_EQ((*first)->stats().staging_memory, pinned);
+  EXPECT_EQ((*engine)->stats().saves_staged_unpinned, 0u);
+  EXPECT_GE((*engine)->stats().staging_bytes, bytes);
+  ASSERT_TRUE((*engine)->Close().ok());
+  ExpectCheckpointEquals(dir.Join("root"), 1, state);
 }
 
 TEST(AsyncEngineTest, DestructorWaitsForInFlightSaves) {

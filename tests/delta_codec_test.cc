@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "delta/plane_codec.h"
+#include "testing/codec_testing.h"
 #include "zstd.h"
 #include "gtest/gtest.h"
 

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -63,13 +65,45 @@ inline void Step(std::vector<OwnedTensor>& state, int rank, uint64_t seed) {
   }
 }
 
+// An in-process store that says when someone first waits for a key ending
+// in `suffix` (a Get longer than a peek): the event a test waits on instead
+// of sleeping until a rank is probably blocked.
+class WaitSignallingStore final : public CoordinationStore {
+ public:
+  explicit WaitSignallingStore(std::string suffix) : suffix_(std::move(suffix)) {}
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    return base_->Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    if (timeout > absl::Milliseconds(1) && absl::EndsWith(key, suffix_)) {
+      std::call_once(signalled_, [&] { waited_.set_value(); });
+    }
+    return base_->Get(key, timeout);
+  }
+  absl::StatusOr<std::string> SetIfAbsent(const std::string& key, const std::string& value) override {
+    return base_->SetIfAbsent(key, value);
+  }
+  // True once a wait began within `deadline`.
+  bool AwaitWaiter(absl::Duration deadline) {
+    return waiting_.wait_for(absl::ToChronoSeconds(deadline)) == std::future_status::ready;
+  }
+
+ private:
+  const std::shared_ptr<CoordinationStore> base_ = NewInProcessStore();
+  const std::string suffix_;
+  std::once_flag signalled_;
+  std::promise<void> waited_;
+  std::future<void> waiting_ = waited_.get_future();
+};
+
 class Ranks {
  public:
   // Opens `world` engines on `root`, each on its own thread (a rank's Open
-  // waits for rank 0's).
+  // waits for rank 0's), sharing `store` (default: a new in-process one).
   Ranks(const std::string& root, int world, EngineOptions base, absl::Duration commit_timeout,
-        std::function<std::shared_ptr<FileSystem>(int)> fs_for_rank = nullptr)
-      : root_(root), store_(NewInProcessStore()) {
+        std::function<std::shared_ptr<FileSystem>(int)> fs_for_rank = nullptr,
+        std::shared_ptr<CoordinationStore> store = nullptr)
+      : root_(root), store_(store ? std::move(store) : NewInProcessStore()) {
     engines_.resize(world);
     std::vector<absl::Status> opened(world);
     Parallel(world, [&](int r) {

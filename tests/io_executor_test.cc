@@ -7,6 +7,7 @@
 // persister give a staging chunk back twice: two later pieces of data then
 // shared one chunk, and a checkpoint's checksums matched wrong bytes.)
 #include <algorithm>
+#include <cerrno>
 #include <map>
 #include <memory>
 #include <string>
@@ -118,6 +119,77 @@ TEST_F(IoExecutorTest, AbandonedRetriesStillReportTheirTransfer) {
   std::vector<uint64_t> finished;
   (void)io.Drain(&finished);
   EXPECT_EQ(Count(finished), (std::map<uint64_t, int>{{1, 1}, {2, 1}}));
+}
+
+// A queue whose next `eagain` submitted ops complete with -EAGAIN without
+// reaching `base` (what a kernel says when it could not start a transfer
+// now); every later op goes through.
+class EagainQueue final : public IoQueue {
+ public:
+  EagainQueue(std::unique_ptr<IoQueue> base, uint64_t eagain) : base_(std::move(base)), eagain_(eagain) {}
+  absl::string_view name() const override { return base_->name(); }
+  size_t depth() const override { return base_->depth(); }
+  absl::Status RegisterBuffers(std::span<const std::span<char>> buffers) override {
+    return base_->RegisterBuffers(buffers);
+  }
+  absl::Status Submit(std::span<const IoOp> ops) override {
+    std::vector<IoOp> through;
+    for (const IoOp& op : ops) {
+      if (eagain_ > 0) {
+        --eagain_;
+        refused_.push_back({op.tag, -EAGAIN});
+      } else {
+        through.push_back(op);
+      }
+    }
+    return through.empty() ? absl::OkStatus() : base_->Submit(through);
+  }
+  absl::Status Reap(size_t min_complete, std::vector<IoCompletion>* out) override {
+    const size_t taken = refused_.size();
+    out->insert(out->end(), refused_.begin(), refused_.end());
+    refused_.clear();
+    return base_->Reap(min_complete > taken ? min_complete - taken : 0, out);
+  }
+  uint64_t eagain_left() const { return eagain_; }
+
+ private:
+  const std::unique_ptr<IoQueue> base_;
+  uint64_t eagain_;
+  std::vector<IoCompletion> refused_;
+};
+
+// docs/failures.md: EAGAIN is retried, not reported -- the transfers land,
+// whole, and each tag comes back once.
+TEST_F(IoExecutorTest, EagainIsRetriedAndTheDataLands) {
+  auto queue = std::make_unique<EagainQueue>(Queue(2), 25);
+  EagainQueue* eagain = queue.get();
+  for (size_t i = 0; i < buffer_.size(); ++i) buffer_[i] = static_cast<char>(i * 7 + 3);
+  IoExecutor io(queue.get(), 4096);
+  ASSERT_TRUE(io.Start(IoOp::Kind::kWrite, file_.get(), 0, buffer_.data(), 5 * 4096, 1).ok());
+  ASSERT_TRUE(io.Start(IoOp::Kind::kWrite, file_.get(), 5 * 4096, buffer_.data() + 5 * 4096, 3 * 4096, 2).ok());
+  std::vector<uint64_t> finished;
+  ASSERT_TRUE(io.Drain(&finished).ok());
+  EXPECT_EQ(eagain->eagain_left(), 0u);
+  EXPECT_EQ(Count(finished), (std::map<uint64_t, int>{{1, 1}, {2, 1}}));
+  std::vector<char> back(8 * 4096);
+  auto read = file_->ReadAt(0, std::span<char>(back));
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(*read, back.size());
+  EXPECT_TRUE(std::equal(back.begin(), back.end(), buffer_.begin()));
+}
+
+// A transfer refused with EAGAIN 10,000 times in a row is reported (with
+// what it was), not spun on for ever.
+TEST_F(IoExecutorTest, EagainWithoutEndIsReportedAfterTheRetryLimit) {
+  auto queue = std::make_unique<EagainQueue>(Queue(1), uint64_t{1} << 40);
+  IoExecutor io(queue.get(), 4096);
+  ASSERT_TRUE(io.Start(IoOp::Kind::kWrite, file_.get(), 0, buffer_.data(), 4096, 9).ok());
+  std::vector<uint64_t> finished;
+  const absl::Status drained = io.Drain(&finished);
+  EXPECT_FALSE(drained.ok());
+  EXPECT_NE(drained.message().find("retries exhausted"), absl::string_view::npos) << drained;
+  EXPECT_NE(drained.message().find("EAGAIN"), absl::string_view::npos) << drained;
+  EXPECT_EQ(Count(finished), (std::map<uint64_t, int>{{9, 1}}));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // claim, a rank closing while it waits, a store that is gone. Every rank's
 // answer is awaited with a deadline, and every "full" names why.
 #include "distributed/resume_agreement.h"
+#include "distributed/store_value.h"
 
 #include <atomic>
 #include <chrono>
@@ -67,7 +68,10 @@ TEST(ResumeAgreement, EveryRankClaimingTheSameAgreesOnDeltas) {
   for (auto& a : answers) EXPECT_TRUE(Await(a).ok());
   auto decision = store->Get(absl::StrCat(kPrefix, "/resume/decision"), absl::Milliseconds(1));
   ASSERT_TRUE(decision.ok());
-  EXPECT_EQ(*decision, "delta:step 7 #ab12");
+  auto decided = DecodeStoreValue(*decision, "resume decision");
+  ASSERT_TRUE(decided.ok()) << decided.status();
+  EXPECT_EQ(decided->verdict, Verdict::kDelta);
+  EXPECT_EQ(decided->text, "step 7 #ab12");
 }
 
 TEST(ResumeAgreement, DifferentClaimsMakeItFullOnEveryRankNamingBoth) {
@@ -164,10 +168,18 @@ TEST(ResumeAgreement, ClosingWhileWaitingEndsTheWaitWithinASlice) {
   DistributedOptions options = Options(store, 0, 2);
   // A commit timeout long enough that only the close can end the wait.
   options.commit_timeout = absl::Seconds(60);
+  // Rank 0 asks whether it is closing only after a slice of waiting for
+  // rank 1's claim: the first question is the proof that it waits.
+  std::promise<void> waiting;
+  std::atomic<bool> asked{false};
   auto zero = std::async(std::launch::async, [&] {
-    return AgreeOnResume(options, std::string("step 7 #ab12"), [&] { return closing.load(); });
+    return AgreeOnResume(options, std::string("step 7 #ab12"), [&] {
+      if (!asked.exchange(true)) waiting.set_value();
+      return closing.load();
+    });
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_EQ(waiting.get_future().wait_for(kAnswerDeadline), std::future_status::ready)
+      << "rank 0 never waited for rank 1";
   const absl::Time closed = absl::Now();
   closing = true;
   const absl::Status at_zero = Await(zero);

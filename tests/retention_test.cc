@@ -100,7 +100,10 @@ TEST(RetentionTest, KeepsBasesOfKeptDeltasAndRemovesTheRest) {
 }
 
 // Saves steps 1..`last` into `root`, a full save every `full_every` saves,
-// the rest deltas (`mode`); returns what each step restores to.
+// the rest deltas (`mode`); returns what each step restores to, once it is
+// shown to be what was saved (bit for bit; top-k deltas from the values,
+// testing::DiffFromSaved) -- so that the tests' comparisons with it after
+// retention compare with the saved values, not with another read.
 std::map<int64_t, RestoredStep> WriteSteps(const std::string& root, int full_every, int last,
                                            DeltaOptions::Mode mode = DeltaOptions::Mode::kExact) {
   EngineOptions options = DeltaEvery(full_every);
@@ -115,14 +118,17 @@ std::map<int64_t, RestoredStep> WriteSteps(const std::string& root, int full_eve
   std::vector<OwnedTensor> state = {RandomTensor("m.w", DType::kFloat32, {65536}, 1),
                                     RandomTensor("n.b", DType::kFloat32, {1000}, 2)};
   std::mt19937_64 rng(1);
+  std::map<int64_t, std::vector<OwnedTensor>> saved;
   for (int step = 1; step <= last; ++step) {
     for (auto& t : state) Mutate(t, rng);
+    saved[step] = state;
     auto stats = (*engine)->Save(step, Views(state), absl::StrCat(R"({"step": )", step, "}"));
     EXPECT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(stats->kind, (step - 1) % full_every == 0 ? CheckpointKind::kFull : CheckpointKind::kDelta) << "step " << step;
   }
   std::map<int64_t, RestoredStep> restored;
   EXPECT_EQ(testing::ReadAllSteps(root, &restored), "");
+  EXPECT_EQ(testing::DiffFromSaved(restored, saved, options.delta.topk_ratio), "");
   return restored;
 }
 

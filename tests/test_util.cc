@@ -2,7 +2,9 @@
 
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -112,11 +114,122 @@ std::string DiffSteps(const std::string& root, const std::map<int64_t, RestoredS
   return "";
 }
 
+namespace {
+
+// Element `i` of `bytes` (of `dtype`) as a double, and its bits.
+double ElementValue(DType dtype, const std::string& bytes, size_t i) {
+  const char* p = bytes.data();
+  switch (dtype) {
+    case DType::kFloat32: { float f; std::memcpy(&f, p + 4 * i, 4); return f; }
+    case DType::kFloat64: { double d; std::memcpy(&d, p + 8 * i, 8); return d; }
+    case DType::kBFloat16: {
+      uint16_t h; std::memcpy(&h, p + 2 * i, 2);
+      const uint32_t u = uint32_t{h} << 16;
+      float f; std::memcpy(&f, &u, 4); return f;
+    }
+    default: return 0;
+  }
+}
+
+bool SameElement(const std::string& a, const std::string& b, size_t i, size_t width) {
+  return std::memcmp(a.data() + i * width, b.data() + i * width, width) == 0;
+}
+
+}  // namespace
+
+std::string TopKRestoreProblem(DType dtype, const std::string& want, const std::string& got,
+                               const std::string& base, double ratio, double* error) {
+  *error = 0;
+  if (got.size() != want.size() || base.size() != want.size()) return "sizes differ";
+  const size_t width = dtype == DType::kFloat32 ? 4 : dtype == DType::kFloat64 ? 8
+                       : dtype == DType::kBFloat16 ? 2 : 0;
+  if (width == 0) return got == want ? "" : "a tensor of a dtype top-k never drops from differs";
+  const size_t n = want.size() / width;
+  size_t changed = 0, kept = 0;
+  double largest_dropped = 0, smallest_kept = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < n; ++i) {
+    const bool is_want = SameElement(got, want, i, width), is_base = SameElement(got, base, i, width);
+    if (!is_want && !is_base) return absl::StrCat("element ", i, " is neither the saved nor the base's");
+    if (SameElement(want, base, i, width)) continue;
+    ++changed;
+    const double change = std::fabs(ElementValue(dtype, want, i) - ElementValue(dtype, base, i));
+    if (is_want) {
+      ++kept;
+      if (std::isfinite(change)) smallest_kept = std::min(smallest_kept, change);
+    } else {
+      if (!std::isfinite(change)) return absl::StrCat("element ", i, ": a non-finite change was dropped");
+      largest_dropped = std::max(largest_dropped, change);
+    }
+  }
+  const size_t k = static_cast<size_t>(std::ceil(ratio * static_cast<double>(n)));
+  if (kept < std::min(k, changed)) return absl::StrCat(kept, " changes kept; top-k keeps ", k, " of ", changed);
+  if (kept < changed && largest_dropped > smallest_kept) {
+    return absl::StrCat("dropped a change of ", largest_dropped, " but kept one of ", smallest_kept);
+  }
+  *error = largest_dropped;
+  return "";
+}
+
+std::string DiffFromSaved(const std::map<int64_t, RestoredStep>& restored,
+                          const std::map<int64_t, std::vector<OwnedTensor>>& saved, double topk_ratio) {
+  const RestoredStep* previous = nullptr;
+  for (const auto& [step, tensors] : saved) {
+    auto it = restored.find(step);
+    if (it == restored.end()) return absl::StrCat("step ", step, " was not restored");
+    const RestoredStep& r = it->second;
+    if (r.bytes.size() != tensors.size()) return absl::StrCat("step ", step, " restores other tensors");
+    for (const OwnedTensor& t : tensors) {
+      auto got = r.bytes.find(t.name);
+      if (got == r.bytes.end()) return absl::StrCat("step ", step, ": ", t.name, " is missing");
+      const std::string want(t.bytes.begin(), t.bytes.end());
+      const double bound = r.bounds.count(t.name) ? r.bounds.at(t.name) : 0;
+      if (bound == 0) {
+        if (got->second != want) return absl::StrCat("step ", step, ": ", t.name, " is not what was saved");
+        continue;
+      }
+      if (topk_ratio <= 0 || previous == nullptr) {
+        return absl::StrCat("step ", step, ": ", t.name, " is lossy (bound ", bound, ") where nothing may be");
+      }
+      double error = 0;
+      std::string problem = TopKRestoreProblem(t.dtype, want, got->second, previous->bytes.at(t.name),
+                                               topk_ratio, &error);
+      if (!problem.empty()) return absl::StrCat("step ", step, ": ", t.name, ": ", problem);
+      if (error > bound * (1 + 1e-6)) {
+        return absl::StrCat("step ", step, ": ", t.name, ": error ", error, " over the recorded bound ", bound);
+      }
+    }
+    previous = &r;
+  }
+  return "";
+}
+
+bool EverythingRequired() {
+  const char* all = getenv("CKPT_TEST_REQUIRE_ALL");
+  return all != nullptr && std::string(all) == "1";
+}
+
 std::string SweepScratchBase() {
   if (getenv("TEST_TMPDIR") != nullptr) return "";
   std::error_code ec;
   return std::filesystem::is_directory("/dev/shm", ec) && access("/dev/shm", W_OK) == 0 ? "/dev/shm"
                                                                                           : "";
+}
+
+std::string AwaitWrittenTempDir(const std::string& root, int64_t step, absl::Duration deadline) {
+  const std::string prefix = ".tmp-" + StepDirName(step);
+  const absl::Time until = absl::Now() + deadline;
+  while (true) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) != 0) continue;
+      for (const auto& f : std::filesystem::directory_iterator(e.path(), ec)) {
+        if (f.is_regular_file(ec) && f.file_size(ec) > 0) return name;
+      }
+    }
+    if (absl::Now() >= until) return "";
+    absl::SleepFor(absl::Milliseconds(5));
+  }
 }
 
 void RemoveTree(const std::string& path) {

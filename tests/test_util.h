@@ -78,11 +78,33 @@ absl::Status WaitStagedOrDie(SaveHandle& handle, absl::Duration deadline, const 
 // Runs `fn` (e.g. a `SaveAsync` that may block) under the same deadline.
 void RunOrDie(const std::function<void()>& fn, absl::Duration deadline, const std::string& what);
 
+// Whether every case must run (CKPT_TEST_REQUIRE_ALL=1, set by
+// `tools/test.sh --full`): then what this machine should have (io_uring,
+// root, a loop device) is no reason to skip.
+bool EverythingRequired();
+
+// Skips the running test because this machine lacks something -- or, under
+// `tools/test.sh --full`, fails it naming what is missing. Use only in a
+// function returning void (a TEST body, SetUp).
+#define CKPT_SKIP_UNLESS_REQUIRED(why)                                                       \
+  do {                                                                                       \
+    const std::string ckpt_missing_ = (why);                                                 \
+    if (::ckpt::testing::EverythingRequired()) {                                             \
+      FAIL() << "tools/test.sh --full requires what this machine lacks: " << ckpt_missing_;  \
+    }                                                                                        \
+    GTEST_SKIP() << ckpt_missing_;                                                           \
+  } while (0)
+
 // Where fault sweeps put their roots: "" ($TEST_TMPDIR or the default) when
 // TEST_TMPDIR is set, else /dev/shm when writable. Durability is modelled by
 // `FaultInjectionFileSystem`, so a real disk's fsyncs and inode churn only
 // cost time over hundreds of runs.
 std::string SweepScratchBase();
+
+// The name of `root`'s temp directory of a save of `step` once a file in it
+// holds data (proof that the save is being written and has not committed),
+// polled until `deadline`; "" if none did by then.
+std::string AwaitWrittenTempDir(const std::string& root, int64_t step, absl::Duration deadline);
 
 // Removes `path` recursively (best effort).
 void RemoveTree(const std::string& path);
@@ -112,6 +134,26 @@ std::string ReadAllSteps(const std::string& root, std::map<int64_t, RestoredStep
 // "" if `root` holds exactly the steps of `want`, each restoring exactly as
 // recorded there (bytes, error bounds, extras); else the first difference.
 std::string DiffSteps(const std::string& root, const std::map<int64_t, RestoredStep>& want);
+
+// "" if `got`, restored from a top-k delta of `want` taken against `base`
+// (what a restore of the delta's base yields), is what top-k keeps -- judged
+// from the values alone, not from the bound the engine recorded: every
+// element is `want`'s or `base`'s bit for bit, at least k =
+// ceil(ratio * numel) changed elements (all, if fewer changed) are `want`'s,
+// and no dropped change exceeds a kept one or is non-finite. Else what is
+// wrong. `*error` gets max |got - want| (0 when nothing was dropped).
+// Floating dtypes fp32, fp64 and bf16; any other dtype must restore exactly.
+std::string TopKRestoreProblem(DType dtype, const std::string& want, const std::string& got,
+                               const std::string& base, double ratio, double* error);
+
+// "" if `restored` (as ReadAllSteps gives it) holds the values the test
+// saved (`saved`: step -> tensors): bit for bit where the step recorded no
+// error bound; where it did (a top-k delta, chained: its base is the step
+// before in `saved`, as restored) by TopKRestoreProblem with `topk_ratio`,
+// its error within the recorded bound. Else the first difference.
+std::string DiffFromSaved(const std::map<int64_t, RestoredStep>& restored,
+                          const std::map<int64_t, std::vector<OwnedTensor>>& saved,
+                          double topk_ratio = 0);
 
 }  // namespace ckpt::testing
 

@@ -3,11 +3,15 @@
 # into the `python3` on PATH, PyTorch 2.x and the test packages from PyPI
 # (idempotent: apt and pip run only for what is missing) — then configures
 # and builds the project into ${CKPT_BUILD_DIR:-build} with -j2.
+#   tools/setup.sh [--deps-only]   --deps-only: install, do not build
+#                                  (tools/test.sh builds as a stage of its own)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+deps_only=0
+[[ ${1:-} == --deps-only ]] && deps_only=1
 
 packages=(cmake ninja-build g++ pkg-config liburing-dev libzstd-dev libxxhash-dev libabsl-dev
-          libgtest-dev libgmock-dev nlohmann-json3-dev fio python3-matplotlib clang gdb)
+          libgtest-dev libgmock-dev nlohmann-json3-dev fio python3-matplotlib clang gdb ccache)
 SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO="sudo"
 missing=()
@@ -25,8 +29,11 @@ fi
 # for what is missing (the first torch install is a large download).
 python=$(command -v python3) || { echo "setup: no python3 on PATH" >&2; exit 1; }
 python=$("$python" -c 'import sys; print(sys.executable)')
+# The integrations' tests (tests/python/test_lightning.py, test_hf.py) need
+# Lightning (both packages: `lightning` and the standalone
+# `pytorch_lightning`), transformers and accelerate (transformers' Trainer).
 pip_missing=()
-for module in torch numpy pytest safetensors; do
+for module in torch numpy pytest safetensors lightning pytorch_lightning transformers accelerate; do
   "$python" -c "import $module" 2>/dev/null || pip_missing+=("$module")
 done
 if ((${#pip_missing[@]})); then
@@ -38,6 +45,8 @@ if ((${#pip_missing[@]})); then
   "$python" -m pip install --quiet "${pip_missing[@]}" ||
     "$python" -m pip install --quiet --break-system-packages "${pip_missing[@]}"
 fi
+
+((deps_only)) && exit 0
 
 build_dir=${CKPT_BUILD_DIR:-build}
 build_type=${CKPT_BUILD_TYPE:-RelWithDebInfo}

@@ -1,8 +1,8 @@
 #include "ckpt/kinds.h"
 
 #include "ckpt/distributed.h"
-
 #include "ckpt/options.h"
+#include "codec/record_codecs.h"
 
 namespace ckpt {
 
@@ -22,26 +22,17 @@ std::optional<CheckpointKind> ParseCheckpointKind(absl::string_view name) {
 }
 
 absl::string_view RecordEncodingName(RecordEncoding encoding) {
-  switch (encoding) {
-    case RecordEncoding::kRaw: return "raw";
-    case RecordEncoding::kZstd: return "zstd";
-    case RecordEncoding::kSparse: return "sparse";
-    case RecordEncoding::kXor: return "xor";
-    case RecordEncoding::kTopK: return "topk";
-    case RecordEncoding::kPlanes: return "planes";
-    case RecordEncoding::kXorPlanes: return "xor_planes";
-  }
-  return "unknown";
+  return internal::CodecOf(encoding).name;
 }
 
 std::optional<RecordEncoding> ParseRecordEncoding(absl::string_view name) {
-  for (RecordEncoding e : {RecordEncoding::kRaw, RecordEncoding::kZstd, RecordEncoding::kSparse,
-                           RecordEncoding::kXor, RecordEncoding::kTopK, RecordEncoding::kPlanes,
-                           RecordEncoding::kXorPlanes}) {
-    if (RecordEncodingName(e) == name) return e;
+  for (const internal::RecordCodec& codec : internal::AllRecordCodecs()) {
+    if (codec.name == name) return codec.encoding;
   }
   return std::nullopt;
 }
+
+bool IsDeltaEncoding(RecordEncoding encoding) { return internal::CodecOf(encoding).is_delta; }
 
 absl::string_view DeltaModeName(DeltaOptions::Mode mode) {
   switch (mode) {
@@ -77,6 +68,90 @@ std::optional<TensorPlacement> ParseTensorPlacement(absl::string_view name) {
     if (TensorPlacementName(p) == name) return p;
   }
   return std::nullopt;
+}
+
+namespace {
+
+// The value of `values` whose `name_of` is `name`.
+template <typename E, typename NameFn>
+std::optional<E> ParseByName(absl::string_view name, std::initializer_list<E> values, NameFn name_of) {
+  for (E value : values) {
+    if (name_of(value) == name) return value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::string_view DeltaBaseName(DeltaOptions::Base base) {
+  switch (base) {
+    case DeltaOptions::Base::kDifferential: return "differential";
+    case DeltaOptions::Base::kChained: return "chained";
+  }
+  return "unknown";
+}
+
+std::optional<DeltaOptions::Base> ParseDeltaBase(absl::string_view name) {
+  return ParseByName(name, {DeltaOptions::Base::kDifferential, DeltaOptions::Base::kChained},
+                     DeltaBaseName);
+}
+
+// A codec is named as the record encoding it writes (the codec table's
+// `selected_by`), so that a new codec is named in one place.
+absl::string_view CompressionCodecName(CompressionCodec codec) {
+  if (codec == CompressionCodec::kNone) return "none";
+  for (const internal::RecordCodec& c : internal::AllRecordCodecs()) {
+    if (c.selected_by == codec) return c.name;
+  }
+  return "unknown";
+}
+
+std::optional<CompressionCodec> ParseCompressionCodec(absl::string_view name) {
+  if (name == "none") return CompressionCodec::kNone;
+  for (const internal::RecordCodec& c : internal::AllRecordCodecs()) {
+    if (c.name == name && c.selected_by.has_value()) return c.selected_by;
+  }
+  return std::nullopt;
+}
+
+absl::string_view IoBackendName(IoBackend backend) {
+  switch (backend) {
+    case IoBackend::kAuto: return "auto";
+    case IoBackend::kUring: return "uring";
+    case IoBackend::kThreads: return "threads";
+  }
+  return "unknown";
+}
+
+std::optional<IoBackend> ParseIoBackend(absl::string_view name) {
+  return ParseByName(name, {IoBackend::kAuto, IoBackend::kUring, IoBackend::kThreads}, IoBackendName);
+}
+
+absl::string_view DirectIoModeName(DirectIoMode mode) {
+  switch (mode) {
+    case DirectIoMode::kAuto: return "auto";
+    case DirectIoMode::kOn: return "on";
+    case DirectIoMode::kOff: return "off";
+  }
+  return "unknown";
+}
+
+std::optional<DirectIoMode> ParseDirectIoMode(absl::string_view name) {
+  return ParseByName(name, {DirectIoMode::kAuto, DirectIoMode::kOn, DirectIoMode::kOff},
+                     DirectIoModeName);
+}
+
+absl::string_view BusyPolicyName(EngineOptions::BusyPolicy policy) {
+  switch (policy) {
+    case EngineOptions::BusyPolicy::kWait: return "wait";
+    case EngineOptions::BusyPolicy::kSkip: return "skip";
+  }
+  return "unknown";
+}
+
+std::optional<EngineOptions::BusyPolicy> ParseBusyPolicy(absl::string_view name) {
+  return ParseByName(name, {EngineOptions::BusyPolicy::kWait, EngineOptions::BusyPolicy::kSkip},
+                     BusyPolicyName);
 }
 
 }  // namespace ckpt

@@ -8,9 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/root_lock.h"
 #include "ckpt/tensor.h"
+#include "commit/publish.h"
 #include "compact/swap.h"
 #include "format/names.h"
 #include "io/io_executor.h"
+#include "io/small_file.h"
 #include "util/hash.h"
 #include "util/status_macros.h"
 
@@ -140,14 +142,7 @@ absl::string_view RootEntryKindName(RootEntryKind kind) {
 }
 
 absl::Status RemoveTree(FileSystem& fs, const std::string& path) {
-  CKPT_ASSIGN_OR_RETURN(const FileStat stat, fs.Stat(path));
-  if (stat.is_symlink || !stat.is_directory) return fs.RemoveFile(path);
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDir(path));
-  for (const std::string& name : names) {
-    absl::Status s = RemoveTree(fs, JoinPath(path, name));
-    if (!s.ok() && !absl::IsNotFound(s)) return s;  // gone meanwhile is fine
-  }
-  return fs.RemoveDir(path);
+  return internal::RemoveFileTree(fs, path);
 }
 
 absl::Status RemoveCheckpoint(const std::string& root, int64_t step, std::shared_ptr<FileSystem> fs) {
@@ -160,11 +155,8 @@ absl::Status RemoveCheckpoint(const std::string& root, int64_t step, std::shared
         absl::StrCat(dir, " is not a checkpoint directory (", stat.is_symlink ? "a symlink" : "a file",
                      "); not removing it"));
   }
-  const std::string trash =
-      JoinPath(root, internal::UniqueName(internal::kTrashPrefix, name));
-  CKPT_RETURN_IF_ERROR(fs->Rename(dir, trash, RenameMode::kNoReplace));
+  CKPT_ASSIGN_OR_RETURN(const std::string trash, internal::UnpublishDir(*fs, root, dir, name));
   // From here on the checkpoint is invisible; what follows only frees space.
-  CKPT_RETURN_IF_ERROR(fs->SyncDir(root));
   absl::Status removed = RemoveTree(*fs, trash);
   if (!removed.ok()) {
     return absl::Status(removed.code(),
@@ -218,17 +210,12 @@ absl::StatusOr<CopyStats> CopyCheckpoint(const std::string& root, int64_t step,
     ++stats.files;
     stats.bytes += *bytes;
   }
-  if (status.ok()) status = fs->SyncDir(temp);
-  if (status.ok()) status = fs->Rename(temp, final_dir, RenameMode::kNoReplace);
+  // A copy whose target root's fsync failed might vanish in a power loss:
+  // `PublishDir` takes it back then, so the caller never deletes the source
+  // on the strength of it.
+  if (status.ok()) status = internal::PublishDir(*fs, target_root, temp, name);
   if (!status.ok()) {
-    (void)RemoveTree(*fs, temp);
-    return status;
-  }
-  // Renamed: only the target root's fsync is left. If it fails the copy may
-  // vanish in a power loss, so it is taken back (out of sight first) now:
-  // the caller must not delete the source on the strength of it.
-  if (status = fs->SyncDir(target_root); !status.ok()) {
-    if (fs->Rename(final_dir, temp, RenameMode::kNoReplace).ok()) (void)RemoveTree(*fs, temp);
+    if (fs->Stat(temp).ok()) (void)RemoveTree(*fs, temp);
     return status;
   }
   return stats;

@@ -18,6 +18,7 @@
 #include "read/decode_record.h"
 #include "format/global_tensors.h"
 #include "read/delta_chain.h"
+#include "read/fault_ahead.h"
 #include "read/load_manifest.h"
 #include "read/read_chunks.h"
 #include "read/read_raw_records.h"
@@ -27,6 +28,7 @@
 #include "read/verify_full.h"
 #include "util/log.h"
 #include "util/status_macros.h"
+#include "util/worker_pool.h"
 
 namespace ckpt {
 namespace {
@@ -37,6 +39,19 @@ uint64_t LargestRawBytes(const std::vector<TensorInfo>& tensors) {
   uint64_t largest = 0;
   for (const TensorInfo& t : tensors) largest = std::max(largest, t.raw_bytes);
   return largest;
+}
+
+// OK if tensors `a` and `b`, read into one storage, hold the same value (a
+// tied weight saved under two names): the storage is then filled once.
+absl::Status CheckSameValue(const TensorInfo& a, const TensorInfo& b) {
+  const bool whole = a.chunks.empty() && b.chunks.empty();  // (a global tensor has no one xxh3)
+  if (a.name == b.name ||
+      (whole && a.dtype == b.dtype && a.raw_bytes == b.raw_bytes && a.xxh3 == b.xxh3)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("tensors \"", a.name, "\" and \"", b.name,
+                                                 "\" are read into the same memory but hold "
+                                                 "different values"));
 }
 
 class ReaderImpl final : public Reader {
@@ -162,6 +177,8 @@ RegionRead ReaderImpl::RegionOf(size_t index, Box region, char* dst) const {
 absl::Status ReaderImpl::ReadRegions(std::span<const RegionTarget> targets) {
   std::vector<RegionRead> reads;
   reads.reserve(targets.size());
+  // One storage is filled once (as by `ReadInto`): data -> the first target into it.
+  absl::flat_hash_map<const void*, const RegionTarget*> filled;
   for (const RegionTarget& target : targets) {
     CKPT_ASSIGN_OR_RETURN(const size_t index, IndexOf(target.name));
     const TensorInfo& info = view_.tensors[index];
@@ -184,6 +201,18 @@ absl::Status ReaderImpl::ReadRegions(std::span<const RegionTarget> targets) {
       return absl::InvalidArgumentError(absl::StrCat(where, " needs ", bytes, " bytes, target has ",
                                                      target.capacity));
     }
+    if (bytes > 0) {
+      auto [it, first] = filled.try_emplace(target.data, &target);
+      if (!first) {
+        const RegionTarget& earlier = *it->second;
+        if (earlier.offset != target.offset || earlier.shape != target.shape) {
+          return absl::InvalidArgumentError(absl::StrCat(where, " and the region of tensor \"", earlier.name,
+                                                         "\" are read into the same memory but are different boxes"));
+        }
+        CKPT_RETURN_IF_ERROR(CheckSameValue(view_.tensors[index_.at(earlier.name)], info));
+        continue;
+      }
+    }
     reads.push_back(RegionOf(index, Box{target.offset, target.shape}, static_cast<char*>(target.data)));
   }
   return ReadPieces(reads);
@@ -195,6 +224,8 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
   std::vector<RegionRead> whole;  // sharded tensors, from their chunks
   names.reserve(targets.size());
   dsts.reserve(targets.size());
+  // One storage is filled once, however many names it is read under.
+  absl::flat_hash_map<const void*, size_t> filled;  // data -> index in the view
   for (const ReadTarget& target : targets) {
     CKPT_ASSIGN_OR_RETURN(const size_t index, IndexOf(target.name));
     const TensorInfo& info = view_.tensors[index];
@@ -202,6 +233,13 @@ absl::Status ReaderImpl::ReadInto(std::span<const ReadTarget> targets) {
       return absl::InvalidArgumentError(absl::StrCat("tensor \"", target.name, "\" needs ",
                                                      info.raw_bytes, " bytes, target has ",
                                                      target.capacity));
+    }
+    if (info.raw_bytes > 0) {
+      auto [it, first] = filled.try_emplace(target.data, index);
+      if (!first) {
+        CKPT_RETURN_IF_ERROR(CheckSameValue(view_.tensors[it->second], info));
+        continue;
+      }
     }
     const TensorSource& source = view_.sources[index];
     if (source.global != SIZE_MAX) {
@@ -237,6 +275,12 @@ absl::StatusOr<std::vector<Tensor>> ReaderImpl::ReadAll() {
     targets.push_back(ReadTarget{info.name, tensor.bytes.data(), tensor.bytes.size()});
     tensors.push_back(std::move(tensor));
   }
+  // The memory is new: other cores fault it in ahead of the reads, so the
+  // thread submitting them does not pay first touch.
+  std::vector<FaultAhead::Range> fresh;
+  fresh.reserve(targets.size());
+  for (const ReadTarget& t : targets) fresh.push_back({static_cast<char*>(t.data), t.capacity});
+  FaultAhead faulting(fresh, std::min(WorkerPool::DefaultThreads(0), 4));
   CKPT_RETURN_IF_ERROR(ReadInto(targets));
   return tensors;
 }

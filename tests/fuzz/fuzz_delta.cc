@@ -1,6 +1,6 @@
 // Fuzzes ApplyDelta, which decodes a delta record (zstd-compressed sparse,
 // xor or top-k payloads, and xor_planes byte-plane blocks) onto a base
-// value, and DecodePlanesRecord (a full "planes" record). Input: a byte
+// value, and the codec table's decode of a full "planes" record. Input: a byte
 // choosing the encoding, a byte choosing the dtype, two bytes of element
 // count, then the payload. The first byte % 3 picks sparse, xor or topk as
 // it always has (the seeds of fuzz_seeds rely on it); bit 7 set instead
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ckpt/dtype.h"
+#include "codec/record_codecs.h"
 #include "delta/delta_codec.h"
 #include "util/worker_pool.h"
 
@@ -35,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static ckpt::internal::WorkerPool pool(2, "fuzz", 0);
   ckpt::internal::WorkerPool* on = (data[1] & 0x80) != 0 ? &pool : nullptr;
   if (full) {
-    (void)ckpt::internal::DecodePlanesRecord(payload, size - 4, dst.data(), n, dtype, on);
+    (void)ckpt::internal::CodecOf(RecordEncoding::kPlanes).decode(payload, size - 4, dst.data(), n, dtype, on);
   } else {
     (void)ckpt::internal::ApplyDelta(encoding, payload, size - 4, dst.data(), n, dtype, on);
   }

@@ -14,6 +14,7 @@
 
 #include "ckpt/dtype.h"
 #include "delta/delta_codec.h"
+#include "testing/codec_testing.h"
 #include "format/manifest.h"
 #include "format/names.h"
 

@@ -34,6 +34,7 @@ from torch import nn
 
 import ckpt
 from ckpt import _tree
+from training import assert_topk_restored
 
 _ctx = None
 _runs = itertools.count()
@@ -173,11 +174,14 @@ def _bits(t):
     return t.reshape(-1).view(torch.uint8) if t.numel() and t.dtype != torch.bool else t
 
 
-def differences(loaded, snap, tolerances=None):
+def differences(loaded, snap, tolerances=None, base=None, ratio=None):
     """Where `loaded` (a state) differs from `snap` (a snapshot): [] if its
     tree and every tensor's dtype, shape and bits are the same. `tolerances`
-    maps a tensor name to the largest absolute difference allowed (lossy
-    deltas); others must be bit-exact."""
+    maps a tensor name to the error bound the engine recorded (lossy top-k
+    deltas): such a tensor is checked from the values against `base` (name
+    -> the restored tensor of the delta's base; training.assert_topk_restored,
+    with `ratio`), and its computed error must be within the bound; others
+    must be bit-exact."""
     got = snapshot(loaded)
     out = []
     if got["tree"] != snap["tree"]:
@@ -194,9 +198,14 @@ def differences(loaded, snap, tolerances=None):
         if bound is None or bound == 0:
             if not torch.equal(_bits(have), _bits(want)):
                 out.append(f"{name}: values differ")
-        elif (have.double() - want.double()).abs().max().item() > bound * (1 + 1e-6) + 1e-12:
-            out.append(f"{name}: off by {(have.double() - want.double()).abs().max().item()} > "
-                       f"error bound {bound}")
+            continue
+        try:
+            error = assert_topk_restored(want, have, base[name], ratio, name)
+        except (AssertionError, KeyError, TypeError) as e:
+            out.append(f"{name}: not a top-k restore of its base: {e!r}")
+            continue
+        if error > bound * (1 + 1e-6) + 1e-12:
+            out.append(f"{name}: off by {error} > error bound {bound}")
     return out
 
 
@@ -300,20 +309,25 @@ def fsdp_shards(ctx):
             snaps[step] = snapshot(state)
             kinds[step] = cp.save(step, state)["kind"]
     errors = []
+    base = None  # the restore of the full save (step 1): every delta's base (differential)
     for step in snaps:
         info = ckpt.describe(ctx.root, step, rank=ctx.rank)
         bounds = {t["name"]: t.get("error_bound", 0) for t in info["tensors"]}
         lossless = step < ctx.dense_step
         if lossless and any(bounds.values()):
             errors.append(f"step {step}: lossy before the dense step: {bounds}")
+        if step == ctx.dense_step and not any(bounds.values()):
+            errors.append(f"step {step}: the dense step dropped nothing: the lossy check proves nothing")
         got = ckpt.load(ctx.root, step=step, process_group=ctx.group)
-        errors += [f"step {step}: {d}" for d in differences(got, snaps[step], bounds)]
+        errors += [f"step {step}: {d}" for d in differences(got, snaps[step], bounds, base, 0.05)]
+        if kinds[step] == "full":
+            base = {n: t.clone() for n, t in snapshot(got)["tensors"].items()}
     into = {"model": {"flat_shard": torch.empty(n)}, "optim": {f"shard{ctx.rank}": {"exp_avg": torch.empty(n)}},
             "table": torch.empty(256), "step": 0}
     ckpt.load(ctx.root, into=into, process_group=ctx.group)
     info = ckpt.describe(ctx.root, ctx.steps, rank=ctx.rank)
     bounds = {t["name"]: t.get("error_bound", 0) for t in info["tensors"]}
-    errors += [f"into: {d}" for d in differences(into, snaps[ctx.steps], bounds)]
+    errors += [f"into: {d}" for d in differences(into, snaps[ctx.steps], bounds, base, 0.05)]
     _save_snapshots(ctx, "fsdp", snaps)
     return {"errors": errors, "kinds": kinds}
 

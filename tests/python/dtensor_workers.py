@@ -186,6 +186,37 @@ def load_resharded(ctx):
     return {"mismatches": mismatches, "big": big}
 
 
+# -- tied DTensors ----------------------------------------------------------------
+
+TIED = [10, 6]
+
+
+def save_tied(ctx):
+    """Steps 1 (full) and 2 (exact delta) of a state in which one Shard(0)
+    DTensor appears twice (tied weights), on a 1-D mesh of `ctx.world` ranks."""
+    mesh, _ = _meshes(ctx)
+    kinds = {}
+    with ckpt.Checkpointer(ctx.root, process_group=ctx.group, delta="exact", commit_timeout_s=60) as cp:
+        for step in (1, 2):
+            tied = make_dtensor(global_tensor("tied", TIED, torch.float32, step), mesh, [Shard(0)])
+            other = make_dtensor(global_tensor("other", [7], torch.float32, step), mesh, [Shard(0)])
+            kinds[step] = cp.save(step, {"model": {"emb": tied, "other": other, "head": tied}})["kind"]
+    return {"kinds": kinds}
+
+
+def load_tied(ctx):
+    """Loads step 2 into a tied DTensor of another layout (Shard(1)) on
+    `ctx.world` ranks; returns whether its box is bit-exact."""
+    mesh, _ = _meshes(ctx)
+    tied = make_dtensor(torch.zeros(TIED), mesh, [Shard(1)])
+    other = make_dtensor(torch.zeros(7), mesh, [Replicate()])
+    ckpt.load(ctx.root, step=2, into={"model": {"emb": tied, "other": other, "head": tied}},
+              process_group=ctx.group)
+    want = part(global_tensor("tied", TIED, torch.float32, 2), mesh, [Shard(1)])
+    return {"exact": torch.equal(_bits(tied.to_local()), _bits(want)),
+            "other": torch.equal(_bits(other.to_local()), _bits(global_tensor("other", [7], torch.float32, 2)))}
+
+
 # -- FSDP2 -----------------------------------------------------------------------
 
 FSDP_BATCH = 8  # the global batch: every rank count of the tests divides it

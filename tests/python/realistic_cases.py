@@ -22,6 +22,7 @@ import torch
 import ckpt
 from ckpt import _tree
 import realistic_workloads as workloads
+from training import assert_topk_restored
 
 MiB = 1 << 20
 
@@ -133,20 +134,27 @@ def run_case(case, root):
         if case["load"] == "into" else None
     if target is not None:
         target.train(1)
+    base = None  # name -> tensor: the restore of the last full step, a top-k delta's base
+    ratio = case.get("topk_ratio", 0.01)
     for s in committed:
         bounds = {}
         if case["delta"] == "topk":
             bounds = {t["name"]: t.get("error_bound", 0.0) for t in ckpt.describe(root, s)["tensors"]}
+        lossy = case["delta"] == "topk" and kinds[s] == "delta"
+        check = dict(bounds=bounds, step=s, base=base if lossy else None, ratio=ratio)
         if target is not None:
             into = target.state()
             got = with_deadline(f"ckpt.load(step={s}, into=...)", wait_s, ckpt.load, root, step=s,
                                 into=into)
             # The live model and optimizer now hold the checkpoint.
             live = {"model": target.model.state_dict(), "optim": target.optimizer.state_dict()}
-            compare(live, {"model": snapshots[s]["model"], "optim": snapshots[s]["optim"]}, bounds, s)
+            compare(live, {"model": snapshots[s]["model"], "optim": snapshots[s]["optim"]}, **check)
         else:
             got = with_deadline(f"ckpt.load(step={s})", wait_s, ckpt.load, root, step=s)
-        compare(got, snapshots[s], bounds, s)
+        compare(got, snapshots[s], **check)
+        if kinds[s] == "full":
+            names, tensors, _ = _tree.flatten(got)
+            base = {n: t.detach().clone() for n, t in zip(names, tensors)}  # (a load into reuses them)
     newest, _ = with_deadline("ckpt.load(newest)", wait_s, ckpt.load, root, with_step=True)
     assert newest == committed[-1], (newest, committed)
     ckpt.verify(root, committed[-1])
@@ -159,10 +167,12 @@ def run_case(case, root):
             "save_s": round(save_s, 3), "load_s": round(time.perf_counter() - t0, 3)}
 
 
-def compare(got, want, bounds, step):
+def compare(got, want, bounds, step, base=None, ratio=None):
     """Same structure and non-tensor leaves; tensors bit-identical, or for a
-    top-k checkpoint (bounds: name -> recorded error bound) floating tensors
-    within their bound."""
+    top-k delta (base: name -> the restored tensor of its base step) floating
+    tensors checked from the values (training.assert_topk_restored: the k
+    largest changes kept, the error computed here) and within the bound the
+    engine recorded (bounds: name -> error bound)."""
     gnames, gtensors, gmeta = _tree.flatten(got)
     wnames, wtensors, wmeta = _tree.flatten(want)
     assert gnames == wnames, f"step {step}: tensor names differ"
@@ -171,8 +181,8 @@ def compare(got, want, bounds, step):
         where = f"step {step}: {name}"
         assert g.dtype == x.dtype and g.shape == x.shape, \
             f"{where}: {g.dtype}{list(g.shape)} vs {x.dtype}{list(x.shape)}"
-        if name in bounds and x.is_floating_point() and x.numel():
-            err = (g.double() - x.double()).abs().max().item()
+        if base is not None and x.is_floating_point() and x.numel():
+            err = assert_topk_restored(x, g, base[name], ratio, where)
             bound = bounds[name]
             assert err <= bound * (1 + 1e-5) + 1e-6, f"{where}: error {err} over its bound {bound}"
         else:

@@ -108,7 +108,7 @@ def test_unseen_errors_are_raised_one_per_call_oldest_first(root, monkeypatch):
     cp.close()
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11+")
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="[optional] exception notes are Python 3.11+")
 def test_close_raises_the_oldest_unseen_error_and_names_the_others(root, monkeypatch):
     cp = ckpt.Checkpointer(root)
     cp.save(1, STATE)

@@ -105,20 +105,27 @@ def test_store_adapter_dead_tcp_store_is_unavailable():
         pg = _group_over(client)
         assert torch.ops.ckpt._store_op(pg, "set", "a", "1") == ("", "")
         out = {}
+        waiting = threading.Event()
 
         def wait():
             start = time.monotonic()
+            waiting.set()
             out["result"] = torch.ops.ckpt._store_op(pg, "get", "never", "", 60.0)
-            out["elapsed"] = time.monotonic() - start
+            out["ended"] = time.monotonic()
+            out["elapsed"] = out["ended"] - start
 
         t = threading.Thread(target=wait)
         t.start()
-        time.sleep(1.0)
+        assert waiting.wait(30), "the waiting thread never started"
+        killed = time.monotonic()
         server.kill()
         t.join(30)
         assert not t.is_alive(), "the wait did not end when the store died"
         code, message = out["result"]
         assert code == "UNAVAILABLE", message
+        # The wait was under way when the store died, and the death ended it
+        # (within the store client's 5 s timeout, far before the 60 s asked).
+        assert out["ended"] >= killed, "the wait ended before the store died"
         assert "never" in message and out["elapsed"] < 15
     finally:
         server.kill()

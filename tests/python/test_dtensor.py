@@ -14,6 +14,9 @@ distributed_workers.run_world; the rank bodies are in dtensor_workers.py).
     5 %; Shard(0) -> Shard(1) at most the whole tensor).
   * One process without a group: load() gives the global tensors, load(into=)
     fills plain tensors; describe() lists the chunks.
+  * A DTensor tied under two names (tied embeddings) is one global tensor:
+    saved by 2 ranks, loaded on 3 into a tied DTensor of another layout, and
+    on one process as one tensor under both names.
   * FSDP2 (fully_shard) on 2 ranks: model + AdamW saved through
     get_state_dict, resumed on 1 and on 4 ranks; the losses continue as the
     unsharded reference run's.
@@ -122,6 +125,22 @@ def test_reshard_onto_ranks(saved, world):
                 assert v["big"][name]["bytes_read"] <= whole * 1.01, (rank, v["big"][name])
         else:  # rows (or all of it): within 5 % of what the boxes hold
             assert read <= 1.05 * needed, (name, read, needed)
+
+
+def test_tied_dtensors_are_one_global_tensor_on_any_layout(tmp_path):
+    root, workdir = str(tmp_path / "ckpts"), str(tmp_path / "work")
+    saved = workers.run_world("dtensor_workers:save_tied", 2, workdir, timeout=120, root=root)
+    saved.check()
+    assert saved.value(0)["kinds"] == {"1": "full", "2": "delta"}
+    info = ckpt.describe(root, 2, rank=0)
+    assert sorted(t["name"] for t in info["tensors"]) == ["model.emb", "model.other"]
+    assert info["extras"]["ckpt.python"]["aliases"] == {"model.head": "model.emb"}
+    loaded = workers.run_world("dtensor_workers:load_tied", 3, workdir, timeout=120, root=root)
+    loaded.check()
+    assert all(loaded.value(r) == {"exact": True, "other": True} for r in range(3))
+    state = ckpt.load(root, step=2)  # one process: the global tensors
+    assert state["model"]["head"] is state["model"]["emb"]
+    assert torch.equal(dw._bits(state["model"]["emb"]), dw._bits(dw.global_tensor("tied", dw.TIED, torch.float32, 2)))
 
 
 def test_fsdp2_resumes_on_one_and_four_ranks(tmp_path):

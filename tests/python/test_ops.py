@@ -160,3 +160,13 @@ def test_handle_wait_releases_the_gil(root):
     if waited < 0.01:
         pytest.skip(f"the save committed too fast ({waited:.4f} s) to tell")
     assert spins > 100, f"{spins} iterations ran during a {waited:.3f} s wait"
+
+
+def test_version_is_the_one_cmake_declares():
+    # CMakeLists.txt's project() is the one place the version is written.
+    import os
+    import re
+    top = os.path.join(os.path.dirname(__file__), "..", "..", "CMakeLists.txt")
+    with open(top) as f:
+        declared = re.search(r"project\(ckpt VERSION ([0-9.]+)", f.read()).group(1)
+    assert ckpt.__version__ == declared == torch.ops.ckpt.version()

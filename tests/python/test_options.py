@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import ckpt
+from training import assert_topk_restored
 
 
 def test_compression_round_trips(root):
@@ -16,20 +17,32 @@ def test_compression_round_trips(root):
     assert torch.equal(got["zeros"], state["zeros"]) and torch.equal(got["ramp"], state["ramp"])
 
 
-def test_topk_deltas_stay_within_their_recorded_bound(root):
+@pytest.mark.parametrize("delta_base", ["differential", "chained"])
+def test_topk_deltas_keep_the_largest_changes_and_record_their_error(root, delta_base):
     g = torch.Generator().manual_seed(0)
     w = torch.randn(10000, generator=g)
-    saved = {}
-    with ckpt.Checkpointer(root, delta="topk", topk_ratio=0.05, full_every=4) as cp:
+    saved, kinds = {}, {}
+    with ckpt.Checkpointer(root, delta="topk", topk_ratio=0.05, full_every=4, delta_base=delta_base) as cp:
         for step in range(1, 5):
             w += 0.01 * torch.randn(10000, generator=g)
             saved[step] = w.clone()
-            cp.save(step, {"w": w})
+            kinds[step] = cp.save(step, {"w": w})["kind"]
+    assert kinds == {1: "full", 2: "delta", 3: "delta", 4: "delta"}
+    base = None
     for step, want in saved.items():
-        info = ckpt.describe(root, step)
-        bound = next(t["error_bound"] for t in info["tensors"] if t["name"] == "w")
         got = ckpt.load(root, step=step)["w"]
-        assert (got - want).abs().max().item() <= bound + 1e-6, f"step {step}"
+        if kinds[step] == "full":
+            assert torch.equal(got, want)
+            base = got
+            continue
+        # The error computed from the values (the delta's base: the full
+        # save, or the step before as restored) -- then the recorded bound.
+        error = assert_topk_restored(want, got, base, 0.05, f"step {step}")
+        assert error > 0, f"step {step}: nothing dropped, the test proves nothing"
+        bound = next(t["error_bound"] for t in ckpt.describe(root, step)["tensors"] if t["name"] == "w")
+        assert abs(bound - error) <= 1e-6 * error, f"step {step}: recorded {bound}, computed {error}"
+        if delta_base == "chained":
+            base = got
 
 
 def test_invalid_option_values_are_refused(root):
@@ -135,3 +148,23 @@ def test_reserve_allocates_staging_memory_before_the_first_save(root):
         fixed = cp.stats()["staging_bytes"]  # (at least two chunks)
         cp.reserve(state, wait=True)  # fixed pool: nothing to do
         assert cp.stats()["staging_bytes"] == fixed
+
+
+def test_docs_list_exactly_the_engine_options():
+    # docs/options.md is the one written list of the keys; the library's
+    # table is the one in the code. They must name the same keys.
+    import re
+    page = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "options.md")
+    with open(page) as f:
+        documented = re.findall(r"^\| `([a-z_0-9]+)` \|", f.read(), re.M)
+    assert len(documented) == len(set(documented)), "a key is listed twice"
+    assert sorted(documented) == sorted(torch.ops.ckpt.engine_option_names())
+
+
+def test_background_nice_takes_minus_one_as_documented(root):
+    # -1 is the documented default ("automatic"); the extension's parser used
+    # to refuse it as a negative count.
+    with ckpt.Checkpointer(root, background_nice=-1) as cp:
+        cp.save(1, {"x": torch.ones(4)})
+    with pytest.raises((ValueError, ckpt.CheckpointError), match="background_nice"):
+        ckpt.Checkpointer(root, background_nice=-2)

@@ -106,6 +106,21 @@ def resume_and_compare(root, final):
     assert_same_tree(reference, resumed)
 
 
+def written_final_temp(root):
+    """The temp directory of the final save (a step past 9, the last one
+    started before the signal) once a file in it holds data, else None."""
+    for name in os.listdir(root):
+        if not name.startswith(".tmp-step-") or int(name[len(".tmp-step-"):][:20]) <= 9:
+            continue
+        path = os.path.join(root, name)
+        try:
+            if any(os.path.getsize(os.path.join(path, f)) > 0 for f in os.listdir(path)):
+                return name
+        except FileNotFoundError:  # committed (renamed) while we looked: the check after the stop says so
+            return name
+    return None
+
+
 @pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_a_second_signal_during_the_drain_leaves_the_previous_checkpoint(root, tmp_path, second):
     out = str(tmp_path)
@@ -113,18 +128,29 @@ def test_a_second_signal_during_the_drain_leaves_the_previous_checkpoint(root, t
     await_file(proc, os.path.join(out, "ready"))
     proc.send_signal(signal.SIGTERM)
     await_file(proc, os.path.join(out, "draining"))
+    # The second signal must land during the drain: once the final save has
+    # written data, the worker is stopped where it is, shown to be mid-save
+    # (its temp directory there, nothing newer committed), signalled, and
+    # let go -- the signal is the first thing it sees.
+    until = time.monotonic() + DEADLINE_S
+    while (temp := written_final_temp(root)) is None:
+        assert proc.poll() is None and time.monotonic() < until, "the final save never wrote data"
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGSTOP)
+    committed = ckpt.list_steps(root)
+    assert os.path.isdir(os.path.join(root, temp)) and max(committed) <= 9, (
+        f"the final save ({temp}) committed before the second signal: {committed}")
     proc.send_signal(second)
+    proc.send_signal(signal.SIGCONT)
     code, log = await_exit(proc)
-    print(f"worker ended with {code}")  # (-signal: killed during the drain)
-    # Killed by it, unless the final save won the race (then it exited).
-    assert code in (-second, 0), log
+    assert code == -second, log
     steps = ckpt.list_steps(root)
-    assert steps, log
+    assert steps == committed, log
     latest = ckpt.describe(root)["step"]
     assert latest == steps[-1]
     ckpt.verify(root, latest)
-    if code != 0:
-        assert latest % 3 == 0, (latest, steps)  # a save from before the signal
+    assert latest % 3 == 0, (latest, steps)  # a save from before the signal
+    assert os.path.isdir(os.path.join(root, temp))  # the unfinished save's, until the next writer
     # The next writer removes what the unfinished save left; the root holds
     # its committed checkpoints and nothing else.
     with ckpt.Checkpointer(root):

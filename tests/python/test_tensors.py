@@ -58,16 +58,39 @@ def test_zero_size_tensors(root):
 
 
 def test_views_sharing_storage(root):
-    """Each view is saved as its own tensor: values round trip, and on load the
-    views no longer share storage (documented in docs/python.md)."""
+    """A tensor that is the same view of the same storage as an earlier one
+    (tied weights) is stored once and loads as that one tensor; other views
+    of one storage (a slice, a reshape) are each saved as their own tensor
+    and no longer share storage on load (documented in docs/python.md)."""
     base = torch.arange(24, dtype=torch.float32)
     state = {"base": base, "head": base[:6], "grid": base.view(4, 6), "col": base.view(4, 6)[:, 2],
              "same": base, "tied": [base, base]}
     got = roundtrip(root, state)
     assert_same_tree({k: (v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
                       for k, v in state.items()}, got)
+    assert got["same"] is got["base"] and got["tied"][0] is got["base"] and got["tied"][1] is got["base"]
+    assert sorted(t["name"] for t in ckpt.describe(root)["tensors"]) == ["base", "col", "grid", "head"]
     got["base"][0] = 100.0
-    assert got["head"][0] == 0.0 and got["same"][0] == 0.0
+    assert got["head"][0] == 0.0 and got["grid"][0, 0] == 0.0
+
+
+def test_tied_tensors_load_into_tied_untied_and_replaced_places(root):
+    w = torch.arange(6, dtype=torch.float32).reshape(3, 2)
+    with ckpt.Checkpointer(root, delta="exact") as cp:
+        cp.save(1, {"a": {"w": w}, "b": [w], "c": 5})
+        w.add_(1)
+        cp.save(2, {"a": {"w": w}, "b": [w], "c": 6})
+    tied = torch.zeros(3, 2)
+    into = {"a": {"w": tied}, "b": [tied], "c": 0}
+    ckpt.load(root, into=into)
+    assert into["a"]["w"] is tied and into["b"][0] is tied and torch.equal(tied, w)
+    untied = {"a": {"w": torch.zeros(3, 2)}, "b": [torch.zeros(3, 2)], "c": 0}
+    ckpt.load(root, into=untied)
+    assert torch.equal(untied["a"]["w"], w) and torch.equal(untied["b"][0], w)
+    assert untied["a"]["w"].data_ptr() != untied["b"][0].data_ptr()
+    replaced = {"a": None, "b": None, "c": 0}  # places whose saved value replaces them
+    ckpt.load(root, into=replaced)
+    assert replaced["a"]["w"] is replaced["b"][0] and torch.equal(replaced["b"][0], w)
 
 
 def test_load_into_existing_tensors(root):

@@ -1,4 +1,6 @@
 """A tiny deterministic training setup shared by the resume tests."""
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -60,3 +62,57 @@ def _bits(t):
     if t.numel() == 0:
         return torch.empty(0, dtype=torch.uint8)
     return t.reshape(-1).view(torch.uint8) if t.dtype != torch.bool else t.reshape(-1).to(torch.uint8)
+
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _elements(t):
+    """Each element's bits as one integer (NaN payloads and -0.0 compare)."""
+    t = t.detach().contiguous().cpu().reshape(-1)
+    return t.view(_INT_OF_SIZE[t.element_size()])
+
+
+def assert_topk_restored(want, got, base, ratio, what="tensor"):
+    """Checks `got`, restored from a top-k delta of `want` taken against
+    `base` (what a restore of the delta's base yields), from the values
+    alone -- not from the bound the engine recorded -- and returns its error,
+    max |got - want|:
+    * every element is `want`'s or `base`'s, bit for bit (a delta stores new
+      values, never sums);
+    * at least k = ceil(ratio * numel) changed elements (all, if fewer
+      changed) are restored exactly;
+    * no dropped change is larger than a kept one, and none is non-finite
+      (non-finite changes are always kept). With the count above this bounds
+      the error by the (k+1)-th largest |want - base|.
+    Integer and bool tensors are never lossy: restored exactly."""
+    if not want.is_floating_point():
+        assert torch.equal(_bits(want), _bits(got)), f"{what}: a {want.dtype} tensor must restore exactly"
+        return 0.0
+    assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {got.dtype}{list(got.shape)}"
+    w, g, b = _elements(want), _elements(got), _elements(base)
+    is_want = g == w
+    assert bool((is_want | (g == b)).all()), f"{what}: values that are neither the saved nor the base's"
+    changed = w != b
+    kept, dropped = changed & is_want, changed & ~is_want
+    k = math.ceil(ratio * w.numel())
+    n_kept, n_changed = int(kept.sum()), int(changed.sum())
+    assert n_kept >= min(k, n_changed), f"{what}: {n_kept} changes kept, top-k keeps {k} of {n_changed}"
+    if n_kept == n_changed:
+        return 0.0  # nothing dropped: restored exactly
+    flat_want, flat_base = want.detach().reshape(-1), base.detach().reshape(-1)
+
+    def changes(mask):
+        return (flat_want[mask].double() - flat_base[mask].double()).abs()
+
+    lost = changes(dropped)  # = |got - want| where got kept the base's value
+    assert bool(torch.isfinite(lost).all()), f"{what}: a non-finite change was dropped"
+    largest_dropped = float(lost.max())
+    if n_kept:
+        held = changes(kept)
+        held = held[torch.isfinite(held)]
+        if held.numel():
+            smallest_kept = float(held.min())
+            assert largest_dropped <= smallest_kept, \
+                f"{what}: dropped a change of {largest_dropped} but kept one of {smallest_kept}"
+    return largest_dropped

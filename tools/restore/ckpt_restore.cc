@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "common/cli_flags.h"
 #include "restore/commands.h"
+#include "restore/import_dcp.h"
 
 namespace {
 
@@ -27,6 +28,9 @@ Usage:
   ckpt-restore --root DIR --verify [--all | --step N | --latest] [--json]
   ckpt-restore --root DIR (--step N | --latest) [--rank R] [--json]
   ckpt-restore --root DIR (--step N | --latest) [--rank R] --out FILE.safetensors [--filter PREFIX]
+  ckpt-restore --root DIR (--step N | --latest) [--rank R] --export-hf DIR [--strip-prefix PREFIX]
+               [--filter PREFIX] [--max-shard-size SIZE] [--dtype NAME] [--copy FILE,...]
+  ckpt-restore --root DIR --import-dcp DCP_DIR --step N
 Every form takes --progress=auto|always|never. ROOT may also be given as the
 one positional argument. A flag's value may follow it (--step 5) or be joined
 with '=' (--step=5).
@@ -60,6 +64,8 @@ Examples:
   ckpt-restore --root /ckpt/run1 --list --json | jq 'select(.ok | not)'
   ckpt-restore --root /ckpt/run1 --latest --out model.safetensors --filter model.
   ckpt-restore --root /ckpt/run1 --latest --rank 1 --out rank1.safetensors
+  ckpt-restore --root /ckpt/run1 --latest --export-hf hf-model --strip-prefix model. \
+               --max-shard-size 2GB --dtype bfloat16 --copy config.json,tokenizer.json
 
 See docs/ckpt-restore.md for incident recovery.
 )";
@@ -122,14 +128,40 @@ ckpt::tools::FlagSet MakeFlagSet(ckpt::tools::RestoreFlags* flags) {
           "step and the extras go in its __metadata__. FILE must not exist; it appears only "
           "when complete.");
   set.Add("filter", "PREFIX", &flags->filter,
-          "With --out: export only the tensors whose names start with this prefix (the names "
+          "With --out or --export-hf: export only the tensors whose names start with this prefix (the names "
           "as --step shows them: in a whole multi-rank checkpoint, --filter rank1/ keeps rank "
           "1's own tensors).");
+  set.Add("export-hf", "DIR", &flags->export_hf,
+          "With --step N or --latest: write that checkpoint (deltas resolved, every checksum "
+          "verified) as a Hugging Face model directory DIR, what from_pretrained and the "
+          "safetensors library read: model.safetensors, or model-0000K-of-0000N.safetensors "
+          "files and model.safetensors.index.json. Tied weights are written once (they are one "
+          "tensor in the checkpoint). DIR must not exist; it appears only when complete.");
+  set.Add("strip-prefix", "PREFIX", &flags->strip_prefix,
+          "With --export-hf: export only the tensors whose names start with PREFIX, named "
+          "without it (--strip-prefix model. for a state saved as {\"model\": model}).");
+  set.Add("max-shard-size", "SIZE", &flags->max_shard_size,
+          "With --export-hf: the most tensor bytes per safetensors file, as transformers' "
+          "max_shard_size: bytes, or a number with KB, MB, GB (powers of 1000) or KiB, MiB, GiB "
+          "(default 50GB, transformers 5's default). A larger tensor gets a file of its own.");
+  set.Add("dtype", "NAME", &flags->dtype,
+          "With --export-hf: write floating tensors as float16, bfloat16, float32 or float64, "
+          "rounded as torch's Tensor.to (default: as saved). Other tensors stay as saved.");
+  set.Add("copy", "FILE,...", &flags->copy,
+          "With --export-hf: copy these files (config.json, tokenizer files) into DIR under "
+          "their base names.");
   set.Add("progress", "WHEN", &flags->progress,
           "Progress bar for verifying and exporting (--verify, --list --verify, --latest, "
           "--out), in bytes of tensors, on stderr, redrawn in place at most 10 times a second: "
           "auto (the default) draws it when stderr is a terminal, always draws it even into a "
           "file or pipe, never turns it off. It never goes to stdout.");
+  set.Add("import-dcp", "DCP_DIR", &flags->import_dcp,
+          "With --step N: convert DCP_DIR, a checkpoint written by torch.distributed.checkpoint's "
+          "FileSystemWriter (any number of ranks), into checkpoint N of --root, streamed and "
+          "verified; it then loads with dcp.load through ckpt.dcp.StorageReader. Runs "
+          "$CKPT_PYTHON -m ckpt.dcp import (python3 by default). An incomplete DCP_DIR, or a "
+          ".metadata that is not plain DCP metadata, exits 1 and writes nothing. See "
+          "docs/integrations.md.");
   return set;
 }
 
@@ -161,6 +193,12 @@ int main(int argc, char** argv) {
     flags.root = root;
   }
 
+  if (!flags.import_dcp.empty()) {
+    if (flags.root.empty() || !flags.step.has_value() || *flags.step < 0) {
+      return Usage("--import-dcp needs --root DIR and --step N (see --help)");
+    }
+    return ckpt::tools::RunImportDcp(flags.root, flags.import_dcp, *flags.step, std::cerr);
+  }
   absl::StatusOr<ckpt::tools::RestoreRequest> request = ckpt::tools::MakeRequest(flags);
   if (!request.ok()) return Usage(absl::StrCat(request.status().message(), " (see --help)"));
   return ckpt::tools::RunRestore(*request, std::cout, std::cerr);

@@ -4,6 +4,7 @@
 #include "restore/commands.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -279,36 +280,67 @@ void PrintContents(const RestoreRequest& request, const Reader& reader, Output& 
                                                     "(--verify reads it)\n");
 }
 
+// "step 7" or, for one rank's part, "step 7, rank 1's part".
+std::string WhatIsExported(const RestoreRequest& request, const Reader& reader) {
+  return request.rank.has_value() ? absl::StrFormat("step %d, rank %d's part", reader.step(), *request.rank)
+                                  : absl::StrFormat("step %d", reader.step());
+}
+
+// The exit code of a failed export: what the user asked for wrong is a
+// usage error; what the disk did is an error (a full disk included); damage
+// is data loss.
+int ExportExitCode(const absl::Status& status) {
+  const absl::StatusCode c = status.code();
+  return c == absl::StatusCode::kDataLoss ? kExitDataLoss
+         : c == absl::StatusCode::kInvalidArgument || c == absl::StatusCode::kAlreadyExists
+             ? kExitUsage
+             : kExitError;
+}
+
+// The progress callback of an export to `to`, drawing the bar.
+std::function<void(uint64_t, uint64_t)> ExportProgress(Output& output, const std::string& what,
+                                                       const std::string& to, uint64_t* shown) {
+  return [&output, what, to, shown](uint64_t done, uint64_t total) {
+    if (done == 0) output.bar().Start(absl::StrFormat("exporting %s to %s", what, to), total);
+    output.bar().Add(done - *shown);
+    *shown = done;
+  };
+}
+
 // Writes `reader`'s checkpoint as a safetensors file (--out), with a bar.
 int Export(const RestoreRequest& request, Reader& reader, Output& output) {
-  // "step 7" or, for one rank's part, "step 7, rank 1's part".
-  const std::string what =
-      request.rank.has_value()
-          ? absl::StrFormat("step %d, rank %d's part", reader.step(), *request.rank)
-          : absl::StrFormat("step %d", reader.step());
+  const std::string what = WhatIsExported(request, reader);
   uint64_t shown = 0;
-  auto progress = [&](uint64_t done, uint64_t total) {
-    if (done == 0) {
-      output.bar().Start(absl::StrFormat("exporting %s to %s", what, request.export_path), total);
-    }
-    output.bar().Add(done - shown);
-    shown = done;
-  };
-  absl::StatusOr<ExportResult> exported =
-      ExportSafetensors(reader, request.export_filter, request.export_path, progress);
+  absl::StatusOr<ExportResult> exported = ExportSafetensors(
+      reader, request.export_filter, request.export_path, ExportProgress(output, what, request.export_path, &shown));
   if (!exported.ok()) {
-    // What the user asked for wrong is a usage error; what the disk did is
-    // an error (a full disk included); damage is data loss.
-    const absl::StatusCode c = exported.status().code();
-    const int code = c == absl::StatusCode::kDataLoss ? kExitDataLoss
-                     : c == absl::StatusCode::kInvalidArgument || c == absl::StatusCode::kAlreadyExists
-                         ? kExitUsage
-                         : kExitError;
-    return output.Fail(code, absl::StrFormat("%s: %s", what, StatusText(exported.status())));
+    return output.Fail(ExportExitCode(exported.status()),
+                       absl::StrFormat("%s: %s", what, StatusText(exported.status())));
   }
   output.bar().Finish();
   output.out() << absl::StrFormat("wrote %s: %s, %d tensors, %d bytes\n", request.export_path,
                                   what, exported->tensors, exported->bytes);
+  return kExitOk;
+}
+
+// Writes `reader`'s checkpoint as a Hugging Face model directory
+// (--export-hf), with a bar.
+int ExportHf(const RestoreRequest& request, Reader& reader, Output& output) {
+  const std::string what = WhatIsExported(request, reader);
+  uint64_t shown = 0;
+  absl::StatusOr<HfExportResult> exported = ExportHuggingFace(
+      reader, request.export_hf_dir, request.hf, ExportProgress(output, what, request.export_hf_dir, &shown));
+  if (!exported.ok()) {
+    return output.Fail(ExportExitCode(exported.status()),
+                       absl::StrFormat("%s: %s", what, StatusText(exported.status())));
+  }
+  output.bar().Finish();
+  const size_t copied = request.hf.copy_files.size();
+  output.out() << absl::StrFormat("wrote %s: %s, %d tensors in %d safetensors file%s, %d bytes of tensors%s\n",
+                                  request.export_hf_dir, what, exported->tensors, exported->shards,
+                                  exported->shards == 1 ? "" : "s", exported->tensor_bytes,
+                                  copied == 0 ? "" : absl::StrFormat(", %d file%s copied", copied,
+                                                                     copied == 1 ? "" : "s"));
   return kExitOk;
 }
 
@@ -340,8 +372,55 @@ int RunShow(const RestoreRequest& request, const std::vector<int64_t>& steps, Ou
     if (int code = OpenShown(request, request.step, output, &reader); code != kExitOk) return code;
   }
   if (!request.export_path.empty()) return Export(request, *reader, output);
+  if (!request.export_hf_dir.empty()) return ExportHf(request, *reader, output);
   PrintContents(request, *reader, output);
   return kExitOk;
+}
+
+}  // namespace
+
+namespace {
+
+// Checks --out, --export-hf and the flags that go with them; puts the
+// Hugging Face export's options into `request->hf`.
+absl::Status CheckExportFlags(const RestoreFlags& flags, RestoreRequest* request) {
+  const bool hf_only = !flags.strip_prefix.empty() || !flags.max_shard_size.empty() || !flags.dtype.empty() ||
+                       !flags.copy.empty();
+  if (hf_only && flags.export_hf.empty()) {
+    return absl::InvalidArgumentError(
+        "--strip-prefix, --max-shard-size, --dtype and --copy go with --export-hf DIR");
+  }
+  if (!flags.out.empty() && !flags.export_hf.empty()) {
+    return absl::InvalidArgumentError("--out and --export-hf both export; give one");
+  }
+  const char* flag = !flags.out.empty() ? "--out" : !flags.export_hf.empty() ? "--export-hf" : nullptr;
+  if (flag == nullptr) return absl::OkStatus();
+  if (flags.list || flags.verify || flags.all) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " exports one checkpoint; it conflicts with --list, --verify and --all"));
+  }
+  if (!flags.step.has_value() && !flags.latest) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " needs --step N or --latest"));
+  }
+  if (flags.export_hf.empty()) return absl::OkStatus();
+  request->export_hf_dir = flags.export_hf;
+  request->hf.filter = flags.filter;
+  request->hf.strip_prefix = flags.strip_prefix;
+  request->hf.copy_files = flags.copy;
+  if (!flags.max_shard_size.empty()) {
+    absl::StatusOr<uint64_t> size = ParseShardSize(flags.max_shard_size);
+    if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat("--max-shard-size: ", size.status().message()));
+    request->hf.max_shard_bytes = *size;
+  }
+  if (!flags.dtype.empty()) {
+    absl::StatusOr<DType> dtype = DTypeFromName(flags.dtype);
+    if (!dtype.ok() || !IsFloatingDType(*dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--dtype must be float16, bfloat16, float32 or float64, got \"", flags.dtype, "\""));
+    }
+    request->hf.dtype = *dtype;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -381,19 +460,14 @@ absl::StatusOr<RestoreRequest> MakeRequest(const RestoreFlags& flags) {
       return absl::InvalidArgumentError("--rank needs --step N or --latest");
     }
   }
-  if (!flags.filter.empty() && flags.out.empty()) {
-    return absl::InvalidArgumentError("--filter selects tensors for --out; give --out FILE");
+  if (!flags.filter.empty() && flags.out.empty() && flags.export_hf.empty()) {
+    return absl::InvalidArgumentError(
+        "--filter selects tensors for --out or --export-hf; give --out FILE or --export-hf DIR");
   }
   absl::StatusOr<ProgressMode> progress = ParseProgressMode(flags.progress);
   if (!progress.ok()) return progress.status();
-  if (!flags.out.empty() && (flags.list || flags.verify || flags.all)) {
-    return absl::InvalidArgumentError(
-        "--out exports one checkpoint; it conflicts with --list, --verify and --all");
-  }
-  if (!flags.out.empty() && !flags.step.has_value() && !flags.latest) {
-    return absl::InvalidArgumentError("--out needs --step N or --latest");
-  }
   RestoreRequest request;
+  if (absl::Status export_flags = CheckExportFlags(flags, &request); !export_flags.ok()) return export_flags;
   request.root = flags.root;
   request.export_path = flags.out;
   request.export_filter = flags.filter;

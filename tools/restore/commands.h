@@ -13,8 +13,10 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/hf_export.h"
 #include "restore/progress_bar.h"
 
 namespace ckpt::tools {
@@ -64,8 +66,14 @@ struct RestoreFlags {
   bool all = false;
   bool json = false;
   std::string out;     // --out FILE.safetensors
-  std::string filter;  // --filter PREFIX (with --out)
+  std::string filter;  // --filter PREFIX (with --out or --export-hf)
+  std::string export_hf;     // --export-hf DIR: a Hugging Face model directory
+  std::string strip_prefix;  // --strip-prefix PREFIX (with --export-hf)
+  std::string max_shard_size;  // --max-shard-size SIZE (with --export-hf; default 50GB)
+  std::string dtype;           // --dtype NAME (with --export-hf): floats converted
+  std::vector<std::string> copy;  // --copy FILE,... (with --export-hf): copied beside
   std::string progress = "auto";  // --progress=auto|always|never
+  std::string import_dcp;  // --import-dcp DCP_DIR (with --step N): see import_dcp.h
 };
 
 // A validated request.
@@ -85,6 +93,10 @@ struct RestoreRequest {
   ProgressMode progress = ProgressMode::kAuto;  // kAuto: when stderr is a terminal
   std::string export_path;    // with kShow: write a safetensors file instead of printing
   std::string export_filter;  // only tensors whose names start with this
+  // With kShow: write a Hugging Face model directory instead (`hf` says how;
+  // its `filter` is `export_filter`).
+  std::string export_hf_dir;
+  HfExportOptions hf;
 };
 
 // Validates flag combinations: --root is required; --list with --verify

@@ -15,30 +15,19 @@
 
 #include "ckpt/engine.h"
 #include "ckpt/options.h"
+#include "ckpt/options_json.h"
 
 namespace ckpt::torch_ext {
 
 // `ParseEngineOptions` reads the options object given to `Engine(root,
-// options_json)`. Members (all optional):
-//   "delta": "none" | "exact" | "topk",  "topk_ratio": float,  "full_every": int,
-//   "lazy": bool,  "staging_bytes": int,  "compression_level": int (0 = off),
-//   "when_busy": "wait" | "skip",  "io_backend": "auto" | "uring" | "threads",
-//   "direct_io": "auto" | "on" | "off",  "metrics_jsonl_path": str,
-//   "prometheus_textfile_path": str,  "create_root": bool,
-//   "write_during_eager_staging": bool,  "chunk_bytes": int,  "queue_depth": int,
-//   "encode_buffers": int,  "shard_min_bytes": int,  "shard_max_bytes": int,
-//   "watchdog_timeout_s": float,  "stall_timeout_s": float (0 disables),
-//   "background_nice": int (0..19, -1 automatic),  "staging_threads": int (0 = auto),
-//   "compression_codec": "none" | "zstd" | "planes" (with "compression_level" its
-//   zstd level; "planes" alone uses level 1),  "adaptive_compression": bool,
-//   "encode_threads": int (0 = auto),  "delta_base": "differential" | "chained",
-//   "max_restore_read_factor": float (0 = no bound),  "resume_deltas": bool.
-// Throws ValueError for an unknown member or a value of the wrong type.
+// options_json)`: the library's JSON form of EngineOptions
+// (ckpt/options_json.h; keys in docs/options.md). Throws ValueError for an
+// unknown member or a value of the wrong type, naming it.
 EngineOptions ParseEngineOptions(const std::string& options_json);
 
 // `EngineOptionNames` lists the members `ParseEngineOptions` knows (the
 // Python package checks option names against it before serializing them).
-const std::vector<std::string>& EngineOptionNames();
+using ::ckpt::EngineOptionNames;
 
 // `SaveHandleHolder` is one save in flight. It keeps the tensors the save
 // reads alive until their bytes are staged: it lets go of them once

@@ -23,6 +23,7 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
+#include "ckpt/version.h"
 #include "dist_ops.h"
 #include "engine_class.h"
 #include "read_ops.h"
@@ -106,6 +107,8 @@ std::tuple<std::string, std::string> LastErrorOp() {
 
 std::vector<std::string> EngineOptionNamesOp() { return EngineOptionNames(); }
 
+std::string VersionOp() { return std::string(::ckpt::Version()); }
+
 }  // namespace
 }  // namespace ckpt::torch_ext
 
@@ -179,4 +182,6 @@ TORCH_LIBRARY(ckpt, m) {
   // thread, cleared by the call; ("", "") if none (see TakeLastError).
   m.def("last_error() -> (str, str)", LastErrorOp);
   m.def("engine_option_names() -> str[]", EngineOptionNamesOp);
+  // The library's version (CMakeLists.txt's project version).
+  m.def("version() -> str", VersionOp);
 }

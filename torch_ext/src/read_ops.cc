@@ -7,6 +7,8 @@
 #include <utility>
 
 #include <ATen/ops/empty.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
@@ -64,6 +66,78 @@ int64_t ReadNewest(const std::string& root, std::optional<int64_t> step, std::op
   return (*reader)->step();
 }
 
+// A destination in device memory, filled through pinned host memory.
+struct DeviceTarget {
+  std::string name;
+  at::Tensor dst;
+  size_t bytes = 0;
+};
+
+constexpr size_t kDeviceBatchBytes = size_t{256} << 20;
+constexpr size_t kBatchAlign = 4096;  // each tensor's place in a batch, for O_DIRECT reads
+
+size_t AlignUp(size_t n) { return (n + kBatchAlign - 1) / kBatchAlign * kBatchAlign; }
+
+// Fills `targets` (device tensors) from `reader`: batches of tensors are
+// read into one of two pinned host buffers while the other's host-to-device
+// copies run on each destination's current stream, so the copies overlap
+// the reads. Each batch's reads are verified before its copies are queued;
+// returns once every copy has landed.
+absl::Status ReadIntoDevice(Reader& reader, const std::vector<DeviceTarget>& targets) {
+  if (targets.empty()) return absl::OkStatus();
+  size_t batch_bytes = kDeviceBatchBytes;
+  for (const DeviceTarget& t : targets) batch_bytes = std::max(batch_bytes, AlignUp(t.bytes));
+  const auto pinned = at::TensorOptions().dtype(at::kByte).pinned_memory(true);
+  at::Tensor buffers[2] = {at::empty({static_cast<int64_t>(batch_bytes)}, pinned),
+                           at::empty({static_cast<int64_t>(batch_bytes)}, pinned)};
+  std::optional<c10::Event> copied[2];  // the last copies out of each buffer
+  const c10::DeviceType type = targets.front().dst.device().type();
+  c10::impl::VirtualGuardImpl guard(type);
+  size_t next = 0;
+  for (int batch = 0; next < targets.size(); ++batch) {
+    const int b = batch % 2;
+    if (copied[b].has_value()) copied[b]->synchronize();  // its last copies have landed
+    std::vector<ReadTarget> reads;
+    std::vector<std::pair<size_t, size_t>> placed;  // (target, offset in the buffer)
+    size_t used = 0;
+    char* base = static_cast<char*>(buffers[b].data_ptr());
+    while (next < targets.size() && used + AlignUp(targets[next].bytes) <= batch_bytes) {
+      reads.push_back(ReadTarget{targets[next].name, base + used, targets[next].bytes});
+      placed.emplace_back(next, used);
+      used += AlignUp(targets[next].bytes);
+      ++next;
+    }
+    absl::Status read = reader.ReadInto(reads);
+    if (!read.ok()) {
+      for (auto& e : copied) {
+        if (e.has_value()) e->synchronize();
+      }
+      return read;
+    }
+    copied[b].emplace(type);
+    for (const auto& [i, offset] : placed) {
+      const at::Tensor& dst = targets[i].dst;
+      at::Tensor host = buffers[b]
+                            .narrow(0, static_cast<int64_t>(offset), static_cast<int64_t>(targets[i].bytes))
+                            .view(dst.scalar_type())
+                            .view(dst.sizes());
+      dst.copy_(host, /*non_blocking=*/true);
+    }
+    // (One event per batch, on the stream of its last destination's device;
+    // destinations on other devices or streams are synchronized below.)
+    const c10::Device device = targets[placed.back().first].dst.device();
+    copied[b]->record(guard.getStream(device));
+    for (const auto& [i, offset] : placed) {
+      const c10::Device d = targets[i].dst.device();
+      if (d != device) guard.getStream(d).synchronize();
+    }
+  }
+  for (auto& e : copied) {
+    if (e.has_value()) e->synchronize();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<int64_t> ListSteps(const std::string& root) {
@@ -108,10 +182,14 @@ std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
   const int64_t chosen = ReadNewest(
       root, step, Rank(rank),
       [&](Reader& reader) {
-        // Tensors that are CPU and contiguous are filled in place; others
-        // through a CPU temporary, copied over only once all reads verified.
+        // Tensors that are CPU and contiguous are filled in place; other CPU
+        // ones through a CPU temporary, copied over only once all reads
+        // verified.
+        // CUDA tensors through pinned host memory, overlapping their
+        // host-to-device copies with the reads (`ReadIntoDevice`).
         std::vector<ReadTarget> targets;
         std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (temporary, destination)
+        std::vector<DeviceTarget> device_targets;
         for (size_t i = 0; i < names.size(); ++i) {
           const at::Tensor& dst = tensors[i];
           const TensorInfo* info = reader.Find(names[i]);
@@ -129,6 +207,10 @@ std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
                             " has shape ", c10::IntArrayRef(info->shape),
                             " but its destination has shape ", dst.sizes());
           if (info->raw_bytes == 0) continue;
+          if (dst.is_cuda()) {
+            device_targets.push_back(DeviceTarget{names[i], dst, info->raw_bytes});
+            continue;
+          }
           at::Tensor host = dst;
           if (!dst.is_cpu() || !dst.is_contiguous()) {
             host = at::empty(dst.sizes(), dst.options().device(c10::kCPU));
@@ -137,6 +219,8 @@ std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
           targets.push_back(ReadTarget{names[i], host.data_ptr(), info->raw_bytes});
         }
         absl::Status status = reader.ReadInto(targets);
+        if (!status.ok()) return status;
+        status = ReadIntoDevice(reader, device_targets);
         if (!status.ok()) return status;
         for (auto& [host, dst] : copies) dst.copy_(host);
         extras = reader.extras_json();

@@ -31,15 +31,13 @@ enum class RecordEncoding : uint8_t {
 absl::string_view CheckpointKindName(CheckpointKind kind);
 std::optional<CheckpointKind> ParseCheckpointKind(absl::string_view name);
 
-// "raw", "zstd", "sparse", "xor", "topk", "planes", "xor_planes".
+// "raw", "zstd", "sparse", "xor", "topk", "planes", "xor_planes" (each
+// encoding's entry in the library's table of record codecs).
 absl::string_view RecordEncodingName(RecordEncoding encoding);
 std::optional<RecordEncoding> ParseRecordEncoding(absl::string_view name);
 
 // Whether a record of `encoding` applies to the base step's tensor.
-constexpr bool IsDeltaEncoding(RecordEncoding encoding) {
-  return encoding == RecordEncoding::kSparse || encoding == RecordEncoding::kXor ||
-         encoding == RecordEncoding::kTopK || encoding == RecordEncoding::kXorPlanes;
-}
+bool IsDeltaEncoding(RecordEncoding encoding);
 
 inline std::ostream& operator<<(std::ostream& out, CheckpointKind kind) {
   return out << CheckpointKindName(kind);

@@ -39,13 +39,14 @@ struct IoOptions {
   size_t chunk_bytes = size_t{1} << 20;
   // Readers only: the most host memory a reader's bounce buffers may use
   // (record tails, unaligned targets, `Verify`); allocated and pre-faulted on
-  // first use, at most 8 chunks and no more than the checkpoint needs.
+  // first use: one `chunk_bytes` chunk per `queue_depth`, and no more than
+  // the checkpoint needs.
   // Restoring delta chains, a reader also keeps an arena of up to twice
   // this (or the largest link) that it reads links into, and `Verify` of a
   // delta step rebuilds its tensors in groups of up to twice this.
   // (Saves stage through `EngineOptions::staging_bytes` instead.)
   size_t buffer_bytes = size_t{64} << 20;
-  // Saves whose records are encoded (deltas, zstd): output buffers of
+  // Saves whose records are encoded (deltas, zstd, planes): output buffers of
   // `chunk_bytes` each that encoded bytes are gathered in before they are
   // written. Any number >= 1 completes every save (a shard holding a partly
   // filled buffer writes its whole blocks early when another needs it);
@@ -106,9 +107,9 @@ enum class CompressionCodec : uint8_t {
   kNone,    // raw records
   kZstd,    // each record zstd, level `compression_level`
   // Each record as byte planes (docs/format.md, "planes"): the bytes of its
-  // elements grouped by significance, each plane zstd. For floating tensors
-  // about 0.80x (fp32) / 0.65x (bf16) of raw, at encode speeds per core
-  // below a fast disk's: see `adaptive`.
+  // elements grouped by significance, each plane zstd: smaller for floating
+  // tensors (measured in bench/README.md, "Dense deltas, float compression"),
+  // at encode speeds per core below a fast disk's: see `adaptive`.
   kPlanes,
 };
 
@@ -127,9 +128,24 @@ struct CompressionOptions {
   int threads = 0;
 };
 
-// "none", "exact", "topk": the names options and manifests use.
+// The name of each option enum's values, as options, manifests and every
+// printed form spell them (ckpt/options_json.h), and its inverse (nullopt
+// for any other name).
+// "none", "exact", "topk".
 absl::string_view DeltaModeName(DeltaOptions::Mode mode);
 std::optional<DeltaOptions::Mode> ParseDeltaMode(absl::string_view name);
+// "differential", "chained".
+absl::string_view DeltaBaseName(DeltaOptions::Base base);
+std::optional<DeltaOptions::Base> ParseDeltaBase(absl::string_view name);
+// "none", "zstd", "planes".
+absl::string_view CompressionCodecName(CompressionCodec codec);
+std::optional<CompressionCodec> ParseCompressionCodec(absl::string_view name);
+// "auto", "uring", "threads".
+absl::string_view IoBackendName(IoBackend backend);
+std::optional<IoBackend> ParseIoBackend(absl::string_view name);
+// "auto", "on", "off".
+absl::string_view DirectIoModeName(DirectIoMode mode);
+std::optional<DirectIoMode> ParseDirectIoMode(absl::string_view name);
 
 struct EngineOptions {
   // Every file-system call goes through `fs`; null means `PosixFileSystem()`.
@@ -154,6 +170,14 @@ struct EngineOptions {
   size_t staging_bytes = 0;
   // (Staging memory is cut into chunks of `io.chunk_bytes`, the unit of
   // transfer to disk.)
+  // A size hint (with `staging_bytes` 0): staging memory for saves of this
+  // many bytes is allocated and pinned on a background thread at `Open`, so
+  // the first save finds it ready (one that starts before it is ready waits
+  // for the rest). The pool still grows when a save needs more. Without a
+  // hint or `Engine::ReserveStaging`, a save that finds the pool too small
+  // grows it unpinned and the pool is pinned after that save is written
+  // (`SaveStats::staging_memory` says "pageable" for that save).
+  size_t staging_reserve_bytes = 0;
 
   // What `SaveAsync` does when staging memory is held by earlier saves.
   enum class BusyPolicy : uint8_t {
@@ -182,7 +206,7 @@ struct EngineOptions {
   // The engine's background threads (persister and encoder, staging
   // reservation) run this much nicer than the thread that opened the engine
   // (0..19; 0 = same priority), or -1 (default): 10 when the engine encodes
-  // (deltas or zstd: seconds of CPU per GB, which would slow a CPU-bound
+  // (deltas or compression: seconds of CPU per GB, which would slow a CPU-bound
   // training loop), 0 when it only writes raw shards (hashing and I/O
   // submission, ~0.15 CPU s per GB: niced, they would wait behind a busy
   // loop and the save would reach disk far later for nothing). The lazy
@@ -191,9 +215,10 @@ struct EngineOptions {
   // background work costs the loop").
   int background_nice = -1;
 
-  // zstd level for shard files (1..19); 0 disables compression. Kept for
-  // existing callers: a level > 0 with `compression.codec` kNone means kZstd
-  // at that level.
+  // zstd level for shard files (1..19), kept for existing callers: a level
+  // > 0 with `compression.codec` kNone means kZstd at that level; with a
+  // codec set and `compression.level` 0, it is that codec's level. 0 (the
+  // default) leaves compression to `compression` (none unless a codec is set).
   int compression_level = 0;
   CompressionOptions compression;
 
@@ -225,6 +250,10 @@ struct EngineOptions {
   // default (world_size 1) is a single-process engine.
   DistributedOptions distributed;
 };
+
+// "wait", "skip".
+absl::string_view BusyPolicyName(EngineOptions::BusyPolicy policy);
+std::optional<EngineOptions::BusyPolicy> ParseBusyPolicy(absl::string_view name);
 
 struct ReaderOptions {
   std::shared_ptr<FileSystem> fs;  // null means `PosixFileSystem()`

@@ -126,6 +126,11 @@ class Reader {
   // Reads the named tensors into caller memory, many transfers in flight,
   // verifying each. Memory that is 4 KiB-aligned is filled directly by
   // O_DIRECT reads; other memory through the reader's buffers.
+  // Targets whose `data` is the same address (tied weights: two names, one
+  // storage) are filled once, by the first of them, provided the tensors
+  // hold the same value (dtype, size and xxh3 equal); else kInvalidArgument
+  // naming both, before anything is read. (Filling such memory once per
+  // name would apply each delta to it once per name.)
   virtual absl::Status ReadInto(std::span<const ReadTarget> targets) = 0;
   // Reads a box of each named tensor into caller memory (a sharded tensor's
   // slice that this rank holds after resharding, say). Only what overlaps
@@ -133,7 +138,9 @@ class Reader {
   // and of a record stored whole (not compressed, not a delta) only the
   // blocks of it that do, each checked against its own xxh3 (docs/format.md,
   // `block_xxh3`). Other records are read whole and checked. kInvalidArgument
-  // for a box outside the tensor or a target too small.
+  // for a box outside the tensor or a target too small. Targets into the same
+  // `data` are filled once, as by `ReadInto`, when they are the same box of
+  // tensors that hold the same value (else kInvalidArgument).
   virtual absl::Status ReadRegions(std::span<const RegionTarget> targets) = 0;
   // Bytes this reader has asked its shard files for so far (aligned reads
   // included): what the reads above cost.

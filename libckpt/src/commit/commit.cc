@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "commit/publish.h"
 #include "format/names.h"
 #include "io/small_file.h"
 #include "util/kill_point.h"
@@ -59,12 +60,7 @@ absl::Status CommitCheckpoint(FileSystem& fs, const std::string& root,
       (void)fs.RemoveFile(JoinPath(root, kLatestName));
     }
   }
-  const std::string trash =
-      JoinPath(root, UniqueName(kTrashPrefix, final_name));
-  if (fs.Rename(final_dir, trash, RenameMode::kNoReplace).ok()) {
-    (void)fs.SyncDir(root);
-    RemoveTreeBestEffort(fs, trash);
-  }
+  DiscardDir(fs, root, final_dir, final_name);
   return s;
 }
 

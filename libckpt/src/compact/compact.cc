@@ -120,7 +120,7 @@ absl::Status WriteTemp(FileSystem& fs, const CompactOptions& options, Reader& re
       WriteShards(fs, backend, options.io.chunk_bytes, reader, plan, delta.tensors, temp));
   CKPT_ASSIGN_OR_RETURN(std::string contents, SerializeManifest(&full));
   CKPT_RETURN_IF_ERROR(WriteFileDurably(fs, JoinPath(temp, kManifestName), contents));
-  CKPT_RETURN_IF_ERROR(fs.SyncDir(temp));
+  // (Its directory is fsynced as it is published or swapped in.)
   stats->tensor_bytes = full.tensor_bytes();
   stats->file_bytes = full.shard_bytes();
   stats->tensor_count = full.tensors.size();

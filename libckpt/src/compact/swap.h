@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "ckpt/file_system.h"
+#include "commit/publish.h"
 
 namespace ckpt::internal {
 
@@ -16,12 +17,12 @@ namespace ckpt::internal {
 // name: readers ignore it, retention removes it once stale).
 inline constexpr absl::string_view kCompactTempPrefix = ".tmp-compact-";
 // ROOT/.compact-old-<name>-<nonce>: the delta set aside by the two-rename
-// fallback; see `FinishInterruptedCompactions`.
-inline constexpr absl::string_view kCompactAsidePrefix = ".compact-old-";
+// fallback of `ReplaceDir` (commit/publish.h); see `FinishInterruptedCompactions`.
+inline constexpr absl::string_view kCompactAsidePrefix = kReplaceAsidePrefix;
 
 // Replaces the checkpoint directory ROOT/`name` (whose manifest must still
-// have checksum `expected_hash`) with `temp`, a complete and synced
-// checkpoint directory in ROOT, then removes the old one (best effort).
+// have checksum `expected_hash`) with `temp`, a complete checkpoint
+// directory in ROOT (`ReplaceDir`), then removes the old one (best effort).
 // Sets `*how` to "exchange" or "rename". On error ROOT/`name` holds the old
 // checkpoint again as far as possible, and `temp` (if it still exists) is
 // the caller's to remove.
@@ -29,8 +30,8 @@ absl::Status SwapIntoPlace(FileSystem& fs, const std::string& root,
                            const std::string& name, const std::string& temp,
                            uint64_t expected_hash, std::string* how);
 
-// Renames `temp` (complete and synced, in `target`) to `target`/`name`, which
-// must not exist, and fsyncs `target`. On error nothing is left under `name`.
+// Publishes `temp` (complete, in `target`) as `target`/`name`, which must
+// not exist (`PublishDir`). On error nothing is left under `name`.
 absl::Status CommitInto(FileSystem& fs, const std::string& target, const std::string& name,
                         const std::string& temp);
 

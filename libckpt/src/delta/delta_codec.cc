@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "codec/zstd_context.h"
 #include "delta/plane_codec.h"
 #include "util/status_macros.h"
 
@@ -62,21 +63,6 @@ void PutVarint(std::vector<char>& out, uint64_t v) {
   out.push_back(static_cast<char>(v));
 }
 
-struct CCtxFree {
-  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
-};
-struct DCtxFree {
-  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
-};
-ZSTD_CCtx* ThreadCCtx() {
-  thread_local std::unique_ptr<ZSTD_CCtx, CCtxFree> cctx(ZSTD_createCCtx());
-  return cctx.get();
-}
-ZSTD_DCtx* ThreadDCtx() {
-  thread_local std::unique_ptr<ZSTD_DCtx, DCtxFree> dctx(ZSTD_createDCtx());
-  return dctx.get();
-}
-
 // Per-thread buffer of kChunkBytes (uninitialized), allocated once per
 // thread: the unit in which xor payloads are streamed and plane blocks that
 // straddle pieces are gathered.
@@ -114,7 +100,7 @@ std::vector<char> TakeSpare() {
 
 absl::StatusOr<std::vector<char>> Compress(const std::vector<char>& raw, int level) {
   std::vector<char> out(ZSTD_compressBound(raw.size()));
-  const size_t z = ZSTD_compressCCtx(ThreadCCtx(), out.data(), out.size(), raw.data(), raw.size(), level);
+  const size_t z = ZSTD_compressCCtx(ThreadZstdCCtx(), out.data(), out.size(), raw.data(), raw.size(), level);
   if (ZSTD_isError(z)) return absl::InternalError(absl::StrCat("zstd: ", ZSTD_getErrorName(z)));
   out.resize(z);
   return out;
@@ -232,7 +218,7 @@ absl::StatusOr<std::vector<char>> EncodeSparse(std::span<const Piece> x, const c
 // declares its content size), streamed through a chunk of X xor R.
 absl::StatusOr<std::vector<char>> EncodeXor(std::span<const Piece> x, const char* r, size_t n,
                                             int level) {
-  ZSTD_CCtx* cctx = ThreadCCtx();
+  ZSTD_CCtx* cctx = ThreadZstdCCtx();
   ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
   ZSTD_CCtx_setPledgedSrcSize(cctx, 1 + n);
@@ -345,7 +331,7 @@ absl::Status ApplyXor(const char* payload, size_t payload_bytes, char* dst, size
     return absl::DataLossError("xor delta: bad zstd frame header");
   }
   if (content != 1 + uint64_t{n}) return absl::DataLossError("xor delta: wrong size");
-  ZSTD_DCtx* dctx = ThreadDCtx();
+  ZSTD_DCtx* dctx = ThreadZstdDCtx();
   ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
   ZSTD_inBuffer in{payload, payload_bytes, 0};
   char* chunk = ThreadChunk();
@@ -388,7 +374,7 @@ absl::Status ApplySparse(RecordEncoding encoding, const char* payload, size_t pa
   if (content == 0) return absl::DataLossError(absl::StrCat(kind, " delta: empty payload"));
   char* raw = ThreadBuffer(content);
   const size_t size = content;
-  const size_t got = ZSTD_decompressDCtx(ThreadDCtx(), raw, size, payload, payload_bytes);
+  const size_t got = ZSTD_decompressDCtx(ThreadZstdDCtx(), raw, size, payload, payload_bytes);
   if (ZSTD_isError(got) || got != size) {
     return absl::DataLossError(absl::StrCat(kind, " delta: corrupt zstd data"));
   }
@@ -481,20 +467,6 @@ absl::StatusOr<std::vector<char>> EncodeXorDelta(std::span<const Piece> x, const
   return EncodeXor(x, r, n, zstd_level);
 }
 
-absl::StatusOr<std::vector<char>> EncodePlanesRecord(std::span<const Piece> x, size_t n,
-                                                     DType dtype, int zstd_level,
-                                                     WorkerPool* pool) {
-  std::vector<char> out = TakeSpare();
-  CKPT_RETURN_IF_ERROR(EncodeBlocks(x, nullptr, n, DTypeSize(dtype), zstd_level, pool, &out));
-  return out;
-}
-
-absl::Status DecodePlanesRecord(const char* payload, size_t payload_bytes, char* dst, size_t n,
-                                DType dtype, WorkerPool* pool) {
-  return DecodePlaneBlocks(payload, payload_bytes, DTypeSize(dtype), dst, n, /*xor_into=*/false,
-                           pool);
-}
-
 absl::StatusOr<DeltaRecord> EncodeTopKDelta(std::span<const Piece> x, char* r, size_t n,
                                             DType dtype, double ratio, int zstd_level) {
   if (!IsFloatingDType(dtype)) return EncodeExactDelta(x, r, n, dtype, zstd_level);
@@ -584,10 +556,12 @@ absl::Status ApplyDelta(RecordEncoding encoding, const char* payload, size_t pay
     case RecordEncoding::kSparse:
     case RecordEncoding::kTopK:
       return ApplySparse(encoding, payload, payload_bytes, dst, n, elem);
-    default:
-      return absl::DataLossError(
-          absl::StrCat(RecordEncodingName(encoding), " is not a delta encoding"));
+    case RecordEncoding::kRaw:
+    case RecordEncoding::kZstd:
+    case RecordEncoding::kPlanes:
+      break;
   }
+  return absl::DataLossError(absl::StrCat(RecordEncodingName(encoding), " is not a delta encoding"));
 }
 
 }  // namespace ckpt::internal

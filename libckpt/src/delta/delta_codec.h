@@ -1,6 +1,7 @@
 // Encoding one tensor as a delta against its reference value R (what a
 // restore of the previous checkpoint yields), and applying such a delta;
-// and the "planes" encoding of a full record, which shares the block coder.
+// ("planes", a full record of byte-plane blocks, shares the block coder:
+// plane_codec.h).
 //
 // Encodings:
 //   "sparse"      lossless: the elements whose bits changed — element count,
@@ -13,8 +14,6 @@
 //                 from its noisy low mantissa bytes, each plane zstd'd.
 //   "topk"        lossy: the layout of "sparse", holding only the k largest
 //                 |X - R| (non-finite changes always kept).
-//   "planes"      a full record (not a delta): the tensor's bytes as
-//                 byte-plane blocks.
 // Encoders update R in place to exactly what a restore will produce, so the
 // error after any delta is bounded by that one delta's dropped changes and
 // never accumulates along a chain.
@@ -67,7 +66,7 @@ absl::StatusOr<DeltaRecord> EncodeExactDelta(std::span<const Piece> x, char* r, 
                                              WorkerPool* pool = nullptr);
 
 // Hands a record's bytes back once stored: this thread's next encode
-// (EncodeExactDelta, EncodeXorDelta, EncodePlanesRecord) writes its output
+// (EncodeExactDelta, EncodeXorDelta) writes its output
 // into them instead of into fresh memory (first touch costs ~5 s/GB on
 // this VM, more than encoding). One buffer is kept per thread, the largest
 // handed back; losing candidates are recycled by the encoder itself.
@@ -77,17 +76,6 @@ void RecycleDeltaBytes(std::vector<char>&& bytes);
 // for comparisons (bench/delta_bench.cc, tests); EncodeExactDelta chooses.
 absl::StatusOr<std::vector<char>> EncodeXorDelta(std::span<const Piece> x, const char* r, size_t n,
                                                  int zstd_level);
-
-// A full record as "planes": the blocks of X's bytes (kPlaneBlockBytes each,
-// the last shorter), encoded on `pool` when given. The engine may instead
-// call AppendPlaneBlock per staged chunk itself; the payloads are the same.
-absl::StatusOr<std::vector<char>> EncodePlanesRecord(std::span<const Piece> x, size_t n,
-                                                     DType dtype, int zstd_level,
-                                                     WorkerPool* pool = nullptr);
-
-// Decodes a "planes" record into dst[0, n). kDataLoss on a malformed payload.
-absl::Status DecodePlanesRecord(const char* payload, size_t payload_bytes, char* dst, size_t n,
-                                DType dtype, WorkerPool* pool = nullptr);
 
 // Top-k delta: keeps the ceil(ratio * numel) largest |X - R| (all changes
 // when there are no more than that). Afterwards r holds R with the kept

@@ -46,6 +46,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "codec/zstd_context.h"
 #include "util/status_macros.h"
 
 namespace ckpt::internal {
@@ -60,6 +61,7 @@ constexpr uint8_t kModeConstant = 2;
 constexpr size_t kHeaderBytes = 7;
 constexpr size_t kPlaneDescriptorBytes = 5;
 constexpr size_t kMaxElem = 8;
+static_assert(kMinPlaneBlockBytes == kHeaderBytes + kPlaneDescriptorBytes + 1);
 
 void PutU32(char* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * i));
@@ -77,21 +79,6 @@ bool ValidElem(size_t elem) { return elem == 1 || elem == 2 || elem == 4 || elem
 char* Scratch() {
   thread_local std::unique_ptr<char[]> scratch(new char[kPlaneBlockBytes]);
   return scratch.get();
-}
-
-struct CCtxDeleter {
-  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
-};
-struct DCtxDeleter {
-  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
-};
-ZSTD_CCtx* ThreadCCtx() {
-  thread_local std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx(ZSTD_createCCtx());
-  return cctx.get();
-}
-ZSTD_DCtx* ThreadDCtx() {
-  thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx(ZSTD_createDCtx());
-  return dctx.get();
 }
 
 // Split: plane k of `count` elements at out + k * count gets byte k of each
@@ -294,7 +281,7 @@ bool SampleIsIncompressible(ZSTD_CCtx* cctx, const uint8_t* plane, size_t count,
 // and Huffman-coded literals even at negative levels (which would otherwise
 // store literals raw: a high plane 0.41 instead of 0.60 of its size at -5).
 ZSTD_CCtx* PlaneCCtx(int level) {
-  ZSTD_CCtx* cctx = ThreadCCtx();
+  ZSTD_CCtx* cctx = ThreadZstdCCtx();
   ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
   if (level <= 2) {
@@ -410,7 +397,7 @@ absl::Status DecodeBlock(const BlockView& b, size_t at, size_t elem, char* dst, 
         planes[k] = plane;
         break;
       default: {
-        const size_t got = ZSTD_decompressDCtx(ThreadDCtx(), plane, b.count, src, b.length[k]);
+        const size_t got = ZSTD_decompressDCtx(ThreadZstdDCtx(), plane, b.count, src, b.length[k]);
         if (ZSTD_isError(got) || got != b.count) {
           return BlockError(at, absl::StrCat("plane ", k, ": corrupt zstd data"));
         }

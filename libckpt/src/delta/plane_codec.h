@@ -30,6 +30,17 @@ namespace ckpt::internal {
 // the unit of parallel work and of a reader's scratch memory.
 inline constexpr size_t kPlaneBlockBytes = size_t{1} << 20;
 
+// The fewest bytes a block can take: its header, one plane descriptor and
+// one constant byte (a 1-byte element's only plane).
+inline constexpr size_t kMinPlaneBlockBytes = 7 + 5 + 1;
+
+// The fewest stored bytes a payload covering `n` bytes can take: one
+// smallest block per kPlaneBlockBytes (what a manifest's stored_bytes is
+// checked against before a reader allocates `n` bytes for it).
+constexpr uint64_t MinPlanePayloadBytes(uint64_t n) {
+  return kMinPlaneBlockBytes * ((n + kPlaneBlockBytes - 1) / kPlaneBlockBytes);
+}
+
 // The most bytes `AppendPlaneBlock` appends for `n` input bytes.
 size_t PlaneBlockBound(size_t n, size_t elem_bytes);
 

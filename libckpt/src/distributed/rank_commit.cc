@@ -19,7 +19,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "commit/commit.h"
+#include "commit/publish.h"
 #include "distributed/rank_layout.h"
+#include "distributed/store_value.h"
 #include "format/global_manifest.h"
 #include "format/global_tensors.h"
 #include "format/manifest.h"
@@ -35,15 +37,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr absl::string_view kCommit = "commit";
-// Rank 0's decision to commit a save whose parts are full on some ranks and
-// deltas on others (see `RankCommitter::last_commit_mixed_kinds`).
-constexpr absl::string_view kCommitMixedKinds = "commit:mixed-kinds";
-constexpr absl::string_view kAbortPrefix = "abort:";
-constexpr absl::string_view kOk = "ok";
-constexpr absl::string_view kErrorPrefix = "error:";
-
-bool IsCommit(absl::string_view decision) { return decision == kCommit || decision == kCommitMixedKinds; }
+// (The decision and result values are distributed/store_value.h's.)
 // How long one wait on the store lasts before a waiter checks whether its
 // save was cancelled (or, rank 0, whether another rank aborted it).
 constexpr absl::Duration kWaitSlice = absl::Seconds(1);
@@ -51,19 +45,14 @@ constexpr absl::Duration kWaitSlice = absl::Seconds(1);
 // (some stores read a zero timeout as "their default", or "for ever").
 constexpr absl::Duration kPeek = absl::Milliseconds(1);
 
-// "<code>:<message>", as `DecodeStatus` reads it back.
-std::string EncodeStatus(const absl::Status& status) {
-  return absl::StrCat(static_cast<int>(status.code()), ":", status.message());
-}
-
-absl::Status DecodeStatus(absl::string_view text) {
-  const size_t colon = text.find(':');
-  int code = 0;
-  if (colon == absl::string_view::npos || !absl::SimpleAtoi(text.substr(0, colon), &code) ||
-      code <= 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
-    return absl::InternalError(absl::StrCat("unreadable outcome from the coordination store: ", text));
+// The status an abort decision `held` carries (or why it is not one).
+absl::Status AbortReason(absl::string_view held) {
+  absl::StatusOr<StoreValue> decided = DecodeStoreValue(held, "decision");
+  if (!decided.ok()) return decided.status();
+  if (decided->verdict != Verdict::kAbort) {
+    return absl::InternalError(absl::StrCat("unexpected decision in the coordination store: ", held));
   }
-  return absl::Status(static_cast<absl::StatusCode>(code), text.substr(colon + 1));
+  return decided->status;
 }
 
 std::string Seconds(absl::Duration d) { return absl::StrFormat("%.3g s", absl::ToDoubleSeconds(d)); }
@@ -150,9 +139,11 @@ absl::StatusOr<std::string> RankCommitter::WaitFor(const std::string& key, absl:
 
 absl::Status RankCommitter::DecideAbort(const std::string& temp_dir, const absl::Status& reason) {
   auto held = options_.store->SetIfAbsent(SaveKey(temp_dir, "decision"),
-                                          absl::StrCat(kAbortPrefix, EncodeStatus(reason)));
+                                          EncodeStoreValue(StoreValue::Abort(reason)));
   if (!held.ok()) return reason;  // nobody can commit without the store either
-  if (absl::StartsWith(*held, kAbortPrefix)) return DecodeStatus(absl::string_view(*held).substr(kAbortPrefix.size()));
+  absl::StatusOr<StoreValue> decided = DecodeStoreValue(*held, "decision");
+  if (!decided.ok()) return decided.status();
+  if (decided->verdict == Verdict::kAbort) return decided->status;
   // Only rank 0 decides to commit, and it does not abort afterwards.
   return absl::InternalError(absl::StrCat("rank ", rank(), " could not abort a save rank 0 commits"));
 }
@@ -180,108 +171,31 @@ absl::Status RankCommitter::CommitPart(int64_t step, const std::string& temp_dir
   return FollowRankZero(temp_dir, cancelled);
 }
 
-absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& temp_dir,
-                                             const std::string& final_name, const Part& part,
-                                             const std::string& extras_json,
-                                             const CancelledFn& cancelled) {
-  const absl::Time reported = absl::Now();
-  const absl::Time deadline = reported + options_.commit_timeout;
-  const std::string decision_key = SaveKey(temp_dir, "decision");
-  // Every other rank's report, in rank order; a rank that fails (or gives
-  // up) may decide to abort meanwhile, which ends the wait at once.
-  std::vector<Json> reports(world_size());
-  std::vector<int> missing;
-  absl::Status interruption;
-  const InterruptFn interrupt = [&]() {
-    if (options_.store->Get(decision_key, kPeek).ok()) {
-      interruption = absl::AbortedError("aborted by another rank");  // (the decision stands)
-    } else if (absl::Status why = cancelled ? cancelled() : absl::OkStatus(); !why.ok()) {
-      interruption = absl::Status(why.code(), absl::StrCat("rank 0 gave up step ", step, " while it waited "
-                                                           "for the other ranks: ", why.message()));
-    }
-    return interruption;
-  };
-  for (int r = 1; r < world_size(); ++r) {
-    // Once a rank is missing, the rest are only looked at.
-    absl::StatusOr<std::string> value = WaitFor(SaveKey(temp_dir, absl::StrCat("report/", r)),
-                                                missing.empty() ? deadline : absl::Now(), interrupt);
-    if (!interruption.ok()) return DecideAbort(temp_dir, interruption);
-    if (!value.ok()) {
-      if (absl::IsDeadlineExceeded(value.status())) {
-        missing.push_back(r);
-        continue;
-      }
-      return DecideAbort(temp_dir, LostStore(0, absl::StrCat("rank ", r, "'s report"), value.status()));
-    }
-    Json j = Json::parse(*value, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("ok") || !j["ok"].is_boolean()) {
-      return DecideAbort(temp_dir, absl::InternalError(absl::StrCat("rank ", r, " sent an unreadable report")));
-    }
-    if (!j["ok"].get<bool>()) {
-      const std::string why = j.value("error", std::string("unknown error"));
-      const int code = j.value("code", static_cast<int>(absl::StatusCode::kInternal));
-      return DecideAbort(temp_dir, absl::Status(static_cast<absl::StatusCode>(code),
-                                                absl::StrCat("rank ", r, " failed: ", why)));
-    }
-    if (j.value("world_size", 0) != world_size()) {
-      return DecideAbort(temp_dir, absl::InvalidArgumentError(absl::StrCat(
-                                       "rank ", r, " saves with world_size ", j.value("world_size", 0),
-                                       ", rank 0 with ", world_size())));
-    }
-    if (j.value("replicated", std::string()) != HashToHex(part.replicated_fingerprint)) {
-      return DecideAbort(temp_dir, absl::InvalidArgumentError(absl::StrCat(
-                                       "ranks 0 and ", r, " declare different replicated tensors in step ",
-                                       step, " (every rank must declare the same names, dtypes and shapes)")));
-    }
-    reports[r] = std::move(j);
-  }
-  if (!missing.empty()) {
-    std::vector<std::string> who;
-    for (int r : missing) {
-      std::string w = absl::StrCat(r);
-      auto current = options_.store->Get(absl::StrCat(options_.key_prefix, "/current/", r),
-                                         kPeek);
-      if (current.ok() && *current != absl::StrCat(step)) absl::StrAppend(&w, " (saving step ", *current, ")");
-      who.push_back(std::move(w));
-    }
-    return DecideAbort(temp_dir, absl::DeadlineExceededError(absl::StrCat(
-                                     missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(who, ", "),
-                                     missing.size() == 1 ? " did" : " did", " not report its part of step ",
-                                     step, " within ", Seconds(options_.commit_timeout),
-                                     " (commit_timeout): nothing was committed")));
-  }
+namespace {
 
-  const absl::Time all_reported = absl::Now();
-  times_.ranks_wait_s = absl::ToDoubleSeconds(all_reported - reported);
+// Reads every rank's part as rank 0 sees it in the shared temp directory
+// (which also checks that ROOT is one file system for all ranks), checks it
+// is the manifest its rank reported (`reported`, by rank), and fills in the
+// parts of `*out_global`. Not OK: the reason to abort.
+absl::Status LoadParts(FileSystem& fs, int64_t step, const std::string& temp_dir,
+                       const std::vector<uint64_t>& reported, GlobalManifest* out_global,
+                       std::vector<Manifest>* out_parts) {
   // Every part as rank 0 reads it from the shared temp directory: this also
   // checks that ROOT is one file system for all ranks.
-  GlobalManifest global;
-  global.step = step;
-  global.world_size = world_size();
-  global.writer = writer_;
-  global.extras_json = extras_json;
-  global.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
-  std::vector<Manifest> parts;
-  parts.reserve(world_size());
-  std::set<int64_t> bases;
-  for (int r = 0; r < world_size(); ++r) {
+  GlobalManifest& global = *out_global;
+  std::vector<Manifest>& parts = *out_parts;
+  parts.reserve(reported.size());
+  for (int r = 0; r < static_cast<int>(reported.size()); ++r) {
     const std::string name = RankManifestName(r);
-    auto m = LoadManifest(*fs_, temp_dir, step, name);
+    auto m = LoadManifest(fs, temp_dir, step, name);
     if (!m.ok()) {
-      return DecideAbort(temp_dir, absl::DataLossError(absl::StrCat(
-                                       "rank ", r, "'s part of step ", step, " is not readable on rank 0 (",
-                                       m.status().message(),
-                                       "): ROOT must be on a file system every rank shares")));
+      return absl::DataLossError(absl::StrCat("rank ", r, "'s part of step ", step,
+                                              " is not readable on rank 0 (", m.status().message(),
+                                              "): ROOT must be on a file system every rank shares"));
     }
-    const uint64_t reported = r == 0 ? part.manifest_xxh3
-                                     : HashFromHex(reports[r].value("manifest_xxh3", std::string()))
-                                           .value_or(0);
-    if (m->manifest_xxh3 != reported) {
-      return DecideAbort(temp_dir, absl::DataLossError(absl::StrCat(
-                                       "rank ", r, "'s manifest of step ", step,
-                                       " on disk is not the one it reported")));
+    if (m->manifest_xxh3 != reported[r]) {
+      return absl::DataLossError(
+          absl::StrCat("rank ", r, "'s manifest of step ", step, " on disk is not the one it reported"));
     }
     RankPart p;
     p.rank = r;
@@ -294,7 +208,6 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
     p.tensor_count = m->tensors.size();
     p.shard_count = m->shards.size();
     if (m->kind == CheckpointKind::kDelta) {
-      bases.insert(m->base_step);
       global.kind = CheckpointKind::kDelta;
       global.base_step = m->base_step;
       global.delta_mode = m->delta_mode;
@@ -302,40 +215,150 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
     global.ranks.push_back(std::move(p));
     parts.push_back(std::move(*m));
   }
+  return absl::OkStatus();
+}
+
+// Whether the ranks' parts of `step` make one checkpoint: deltas of one
+// base, a name two ranks saved is one tensor (unless both declared it
+// rank-local), the chunks of each sharded tensor tile it. Not OK: why not.
+absl::Status CheckAgreement(int64_t step, const std::vector<Manifest>& parts) {
+  std::set<int64_t> bases;
+  for (const Manifest& m : parts) {
+    if (m.kind == CheckpointKind::kDelta) bases.insert(m.base_step);
+  }
   if (bases.size() > 1) {
-    return DecideAbort(temp_dir, absl::FailedPreconditionError(absl::StrCat(
-                                     "the ranks' parts of step ", step, " are deltas of different steps (",
-                                     absl::StrJoin(bases, ", "), "): the next save is full")));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the ranks' parts of step ", step, " are deltas of different steps (",
+                     absl::StrJoin(bases, ", "), "): the next save is full"));
   }
   // A name two ranks both saved must be the same tensor, unless every rank
   // that saved it declared it rank-local.
   std::map<absl::string_view, std::pair<int, const TensorInfo*>> seen;
-  for (int r = 0; r < world_size(); ++r) {
+  for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
     for (const TensorInfo& t : parts[r].tensors) {
       if (t.placement == TensorPlacement::kSharded) continue;  // checked below
       auto [it, inserted] = seen.emplace(t.name, std::pair{r, &t});
       if (inserted) continue;
       const TensorInfo& first = *it->second.second;
-      if (first.placement == TensorPlacement::kRankLocal && t.placement == TensorPlacement::kRankLocal) continue;
+      if (first.placement == TensorPlacement::kRankLocal && t.placement == TensorPlacement::kRankLocal)
+        continue;
       if (first.dtype == t.dtype && first.shape == t.shape && first.xxh3 == t.xxh3) continue;
-      return DecideAbort(temp_dir, absl::InvalidArgumentError(absl::StrCat(
-                                       "tensor \"", t.name, "\" of step ", step, " differs between rank ",
-                                       it->second.first, " and rank ", r,
-                                       ": declare it rank-local if each rank holds its own value, or "
-                                       "replicated if they are meant to be equal")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", t.name, "\" of step ", step, " differs between rank ", it->second.first,
+                       " and rank ", r,
+                       ": declare it rank-local if each rank holds its own value, or "
+                       "replicated if they are meant to be equal"));
     }
   }
   // The chunks of each sharded tensor tile it.
   std::vector<RankRecords> records;
-  for (int r = 0; r < world_size(); ++r) records.push_back(RankRecords{r, &parts[r].tensors});
+  for (int r = 0; r < static_cast<int>(parts.size()); ++r)
+    records.push_back(RankRecords{r, &parts[r].tensors});
   absl::StatusOr<std::vector<GlobalTensor>> globals = GatherGlobalTensors(records);
-  if (!globals.ok()) {
-    return DecideAbort(temp_dir, Annotate(globals.status(), absl::StrCat("step ", step)));
+  if (!globals.ok()) return Annotate(globals.status(), absl::StrCat("step ", step));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint64_t>> RankCommitter::CollectReports(int64_t step, const std::string& temp_dir,
+                                                                    const Part& part,
+                                                                    const CancelledFn& cancelled) {
+  const absl::Time deadline = absl::Now() + options_.commit_timeout;
+  const std::string decision_key = SaveKey(temp_dir, "decision");
+  // Every other rank's report, in rank order; a rank that fails (or gives
+  // up) may decide to abort meanwhile, which ends the wait at once.
+  std::vector<uint64_t> reported(world_size(), 0);
+  reported[0] = part.manifest_xxh3;
+  std::vector<int> missing;
+  absl::Status interruption;
+  const InterruptFn interrupt = [&]() {
+    if (options_.store->Get(decision_key, kPeek).ok()) {
+      interruption = absl::AbortedError("aborted by another rank");  // (the decision stands)
+    } else if (absl::Status why = cancelled ? cancelled() : absl::OkStatus(); !why.ok()) {
+      interruption = absl::Status(why.code(), absl::StrCat("rank 0 gave up step ", step,
+                                                           " while it waited "
+                                                           "for the other ranks: ",
+                                                           why.message()));
+    }
+    return interruption;
+  };
+  for (int r = 1; r < world_size(); ++r) {
+    // Once a rank is missing, the rest are only looked at.
+    absl::StatusOr<std::string> value = WaitFor(SaveKey(temp_dir, absl::StrCat("report/", r)),
+                                                missing.empty() ? deadline : absl::Now(), interrupt);
+    if (!interruption.ok()) return interruption;
+    if (!value.ok()) {
+      if (absl::IsDeadlineExceeded(value.status())) {
+        missing.push_back(r);
+        continue;
+      }
+      return LostStore(0, absl::StrCat("rank ", r, "'s report"), value.status());
+    }
+    Json j = Json::parse(*value, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("ok") || !j["ok"].is_boolean()) {
+      return absl::InternalError(absl::StrCat("rank ", r, " sent an unreadable report"));
+    }
+    if (!j["ok"].get<bool>()) {
+      const std::string why = j.value("error", std::string("unknown error"));
+      const int code = j.value("code", static_cast<int>(absl::StatusCode::kInternal));
+      return absl::Status(static_cast<absl::StatusCode>(code), absl::StrCat("rank ", r, " failed: ", why));
+    }
+    if (j.value("world_size", 0) != world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", r, " saves with world_size ", j.value("world_size", 0), ", rank 0 with ", world_size()));
+    }
+    if (j.value("replicated", std::string()) != HashToHex(part.replicated_fingerprint)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ranks 0 and ", r, " declare different replicated tensors in step ", step,
+                       " (every rank must declare the same names, dtypes and shapes)"));
+    }
+    reported[r] = HashFromHex(j.value("manifest_xxh3", std::string())).value_or(0);
   }
+  if (!missing.empty()) {
+    std::vector<std::string> who;
+    for (int r : missing) {
+      std::string w = absl::StrCat(r);
+      auto current = options_.store->Get(absl::StrCat(options_.key_prefix, "/current/", r), kPeek);
+      if (current.ok() && *current != absl::StrCat(step))
+        absl::StrAppend(&w, " (saving step ", *current, ")");
+      who.push_back(std::move(w));
+    }
+    return absl::DeadlineExceededError(
+        absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(who, ", "),
+                     missing.size() == 1 ? " did" : " did", " not report its part of step ", step, " within ",
+                     Seconds(options_.commit_timeout), " (commit_timeout): nothing was committed"));
+  }
+
+  return reported;
+}
+
+absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& temp_dir,
+                                             const std::string& final_name, const Part& part,
+                                             const std::string& extras_json, const CancelledFn& cancelled) {
+  const absl::Time reported_at = absl::Now();
+  const std::string decision_key = SaveKey(temp_dir, "decision");
+  absl::StatusOr<std::vector<uint64_t>> reported = CollectReports(step, temp_dir, part, cancelled);
+  if (!reported.ok()) return DecideAbort(temp_dir, reported.status());
+  const absl::Time all_reported = absl::Now();
+  times_.ranks_wait_s = absl::ToDoubleSeconds(all_reported - reported_at);
+  GlobalManifest global;
+  global.step = step;
+  global.world_size = world_size();
+  global.writer = writer_;
+  global.extras_json = extras_json;
+  global.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  std::vector<Manifest> parts;
+  absl::Status agreed = LoadParts(*fs_, step, temp_dir, *reported, &global, &parts);
+  if (agreed.ok()) agreed = CheckAgreement(step, parts);
+  if (!agreed.ok()) return DecideAbort(temp_dir, agreed);
+  // Decide and commit.
   absl::StatusOr<std::string> contents = SerializeGlobalManifest(&global);
   if (!contents.ok()) return DecideAbort(temp_dir, Annotate(contents.status(), "rank 0"));
   absl::Status written = WriteFileDurably(*fs_, JoinPath(temp_dir, kManifestName), *contents);
-  if (written.ok()) written = fs_->SyncDir(temp_dir);
+  if (written.ok()) written = SyncTempDir(*fs_, temp_dir);
   if (!written.ok()) return DecideAbort(temp_dir, Annotate(written, "rank 0"));
   KillPoint("commit.manifest");
   bool any_full = false;
@@ -344,17 +367,17 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
     any_full |= p.kind == CheckpointKind::kFull;
     any_delta |= p.kind == CheckpointKind::kDelta;
   }
-  const absl::string_view commit = any_full && any_delta ? kCommitMixedKinds : kCommit;
-  auto held = options_.store->SetIfAbsent(decision_key, std::string(commit));
+  const std::string commit = EncodeStoreValue(StoreValue::Commit(any_full && any_delta));
+  auto held = options_.store->SetIfAbsent(decision_key, commit);
   if (!held.ok()) return LostStore(0, "nothing (deciding to commit)", held.status());
-  if (*held != commit) return DecodeStatus(absl::string_view(*held).substr(kAbortPrefix.size()));
-  last_commit_mixed_kinds_ = commit == kCommitMixedKinds;
+  if (*held != commit) return AbortReason(*held);
+  last_commit_mixed_kinds_ = any_full && any_delta;
   KillPoint("commit.decided");
   absl::Status committed = CommitCheckpoint(*fs_, root_, temp_dir, final_name);
   times_.commit_latency_s = absl::ToDoubleSeconds(absl::Now() - all_reported);
   (void)options_.store->Set(SaveKey(temp_dir, "result"),
-                            committed.ok() ? std::string(kOk)
-                                           : absl::StrCat(kErrorPrefix, EncodeStatus(committed)));
+                            EncodeStoreValue(committed.ok() ? StoreValue::Committed()
+                                                            : StoreValue::CommitFailed(committed)));
   return committed;
 }
 
@@ -383,16 +406,12 @@ absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const Ca
             : absl::DeadlineExceededError(absl::StrCat(
                   "rank ", rank(), " had no decision from rank 0 within ", Seconds(patience),
                   " (rank 0 is slower than commit_timeout allows, hung, or dead): nothing was committed"));
-    decision = options_.store->SetIfAbsent(decision_key, absl::StrCat(kAbortPrefix, EncodeStatus(reason)));
+    decision = options_.store->SetIfAbsent(decision_key, EncodeStoreValue(StoreValue::Abort(reason)));
     if (!decision.ok()) return LostStore(rank(), "rank 0's decision", decision.status());
   }
-  if (!IsCommit(*decision)) {
-    if (!absl::StartsWith(*decision, kAbortPrefix)) {
-      return absl::InternalError(absl::StrCat("unreadable decision in the coordination store: ", *decision));
-    }
-    return DecodeStatus(absl::string_view(*decision).substr(kAbortPrefix.size()));
-  }
-  last_commit_mixed_kinds_ = *decision == kCommitMixedKinds;
+  CKPT_ASSIGN_OR_RETURN(const StoreValue decided, DecodeStoreValue(*decision, "decision"));
+  if (!decided.is_commit()) return AbortReason(*decision);
+  last_commit_mixed_kinds_ = decided.verdict == Verdict::kCommitMixedKinds;
   // Rank 0 decided to commit: the rest is its renames and fsyncs.
   auto result = WaitFor(SaveKey(temp_dir, "result"), absl::Now() + patience, nullptr);
   if (!result.ok()) {
@@ -404,11 +423,12 @@ absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const Ca
     return LostStore(rank(), "the outcome of rank 0's commit", result.status());
   }
   times_.commit_latency_s = absl::ToDoubleSeconds(absl::Now() - reported);
-  if (*result == kOk) return absl::OkStatus();
-  if (!absl::StartsWith(*result, kErrorPrefix)) {
-    return absl::InternalError(absl::StrCat("unreadable result in the coordination store: ", *result));
+  CKPT_ASSIGN_OR_RETURN(const StoreValue outcome, DecodeStoreValue(*result, "result"));
+  if (outcome.verdict == Verdict::kCommitted) return absl::OkStatus();
+  if (outcome.verdict != Verdict::kCommitFailed) {
+    return absl::InternalError(absl::StrCat("unexpected result in the coordination store: ", *result));
   }
-  absl::Status error = DecodeStatus(absl::string_view(*result).substr(kErrorPrefix.size()));
+  const absl::Status& error = outcome.status;
   return absl::Status(error.code(), absl::StrCat("rank 0 could not commit: ", error.message()));
 }
 
@@ -422,9 +442,11 @@ absl::Status RankCommitter::AbandonPart(const std::string& temp_dir, const absl:
   (void)options_.store->Set(SaveKey(temp_dir, absl::StrCat("report/", rank())), report.dump());
   const absl::Status own(error.code(), absl::StrCat("rank ", rank(), " failed: ", error.message()));
   auto held = options_.store->SetIfAbsent(SaveKey(temp_dir, "decision"),
-                                          absl::StrCat(kAbortPrefix, EncodeStatus(own)));
-  if (!held.ok() || IsCommit(*held)) return error;
-  const absl::Status decided = DecodeStatus(absl::string_view(*held).substr(kAbortPrefix.size()));
+                                          EncodeStoreValue(StoreValue::Abort(own)));
+  if (!held.ok()) return error;
+  absl::StatusOr<StoreValue> held_value = DecodeStoreValue(*held, "decision");
+  if (held_value.ok() && held_value->is_commit()) return error;
+  const absl::Status decided = held_value.ok() ? held_value->status : held_value.status();
   if (decided.message() == own.message()) return error;  // this rank's own failure decided it
   return absl::Status(decided.code(), absl::StrCat(decided.message(), " (rank ", rank(),
                                                    "'s own part failed too: ", error.message(), ")"));

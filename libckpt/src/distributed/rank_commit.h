@@ -110,9 +110,19 @@ class RankCommitter {
   // Sets the save's decision to abort for `reason` unless one was taken;
   // returns the status the save ends with (the decision that stands).
   absl::Status DecideAbort(const std::string& temp_dir, const absl::Status& reason);
+  // Rank 0's side of a save: collects the reports (`CollectReports`), loads
+  // and checks the parts (rank_commit.cc's `LoadParts`, `CheckAgreement`),
+  // then writes the checkpoint's manifest, decides and commits. Any reason
+  // not to commit becomes the save's abort decision.
   absl::Status CommitAsRankZero(int64_t step, const std::string& temp_dir,
                                 const std::string& final_name, const Part& part,
                                 const std::string& extras_json, const CancelledFn& cancelled);
+  // Every other rank's report of its part of `step`: the checksum of each
+  // rank's manifest, by rank (rank 0's from `part`). Ends early, with the
+  // reason to abort, when a rank failed or is missing past `commit_timeout`,
+  // another rank decided, or `cancelled` says so.
+  absl::StatusOr<std::vector<uint64_t>> CollectReports(int64_t step, const std::string& temp_dir,
+                                                       const Part& part, const CancelledFn& cancelled);
   absl::Status FollowRankZero(const std::string& temp_dir, const CancelledFn& cancelled);
 
   const DistributedOptions options_;

@@ -13,36 +13,6 @@
 #include "util/hash.h"
 
 namespace ckpt::internal {
-namespace {
-
-constexpr absl::string_view kRankPrefix = "rank-";
-constexpr absl::string_view kRankManifestSuffix = ".MANIFEST.json";
-
-}  // namespace
-
-std::string RankManifestName(int rank) {
-  return absl::StrFormat("%s%05d%s", kRankPrefix, rank, kRankManifestSuffix);
-}
-
-std::optional<int> ParseRankManifestName(absl::string_view name) {
-  if (!absl::ConsumePrefix(&name, kRankPrefix) || !absl::ConsumeSuffix(&name, kRankManifestSuffix) ||
-      name.size() != 5) {
-    return std::nullopt;
-  }
-  int rank = 0;
-  for (char c : name) {
-    if (c < '0' || c > '9') return std::nullopt;
-    rank = rank * 10 + (c - '0');
-  }
-  return rank;
-}
-
-std::string RankFilePrefix(int rank) { return absl::StrFormat("%s%05d.", kRankPrefix, rank); }
-
-std::string MultiRankTempDirName(int64_t step, absl::string_view nonce, int attempt) {
-  return absl::StrFormat("%sstep-%020d-%s-%d", kTempPrefix, step, nonce, attempt);
-}
-
 std::vector<int> TensorOwners(std::span<const TensorView> tensors, int rank, int world_size) {
   std::vector<int> owners(tensors.size(), rank);
   std::vector<size_t> replicated;

@@ -11,23 +11,9 @@
 
 #include "absl/strings/string_view.h"
 #include "ckpt/tensor.h"
+#include "format/names.h"  // the per-rank file names
 
 namespace ckpt::internal {
-
-// World sizes up to this are accepted (rank numbers have 5 digits in names).
-inline constexpr int kMaxWorldSize = 100000;
-
-// "rank-00003.MANIFEST.json": rank 3's manifest in a multi-rank checkpoint.
-std::string RankManifestName(int rank);
-// The rank a `RankManifestName` names, or nullopt.
-std::optional<int> ParseRankManifestName(absl::string_view name);
-// "rank-00003.": what rank 3's shard file names start with.
-std::string RankFilePrefix(int rank);
-// ".tmp-step-<20 digits>-<nonce>-<attempt>": the temp directory every rank of
-// a multi-rank save writes into. `nonce` is the one rank 0 published when
-// the engines opened; `attempt` counts the saves of `step` this engine
-// started (all ranks count alike).
-std::string MultiRankTempDirName(int64_t step, absl::string_view nonce, int attempt);
 
 // For each of `tensors`, the rank that writes it: `rank` for tensors that
 // are not replicated; for replicated ones an owner chosen from their names

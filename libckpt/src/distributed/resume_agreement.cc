@@ -1,5 +1,7 @@
 #include "distributed/resume_agreement.h"
 
+#include "distributed/store_value.h"
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -15,8 +17,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr absl::string_view kDelta = "delta:";
-constexpr absl::string_view kFull = "full:";
 // As in rank_commit.cc: one wait on the store lasts at most a slice, after
 // which a waiter checks whether it should stop; a peek waits 1 ms.
 constexpr absl::Duration kWaitSlice = absl::Seconds(1);
@@ -45,23 +45,23 @@ absl::StatusOr<std::string> WaitFor(CoordinationStore& store, const std::string&
 
 // What decision `held` means for a rank that claimed `claim`.
 absl::Status Interpret(const std::string& held, const std::string& claim) {
-  if (absl::StartsWith(held, kDelta)) {
-    const absl::string_view decided = absl::string_view(held).substr(kDelta.size());
-    if (decided == claim) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("rank 0 decided on deltas against ", decided,
+  absl::StatusOr<StoreValue> decided = DecodeStoreValue(held, "resume decision");
+  if (decided.ok() && decided->verdict == Verdict::kDelta) {
+    if (decided->text == claim) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("rank 0 decided on deltas against ", decided->text,
                                             ", but this rank rebuilt from ", claim));
   }
-  if (absl::StartsWith(held, kFull)) {
-    return absl::FailedPreconditionError(absl::string_view(held).substr(kFull.size()));
-  }
-  return absl::InternalError(absl::StrCat("unreadable resume decision in the coordination store: ", held));
+  if (decided.ok() && decided->verdict == Verdict::kFull) return absl::FailedPreconditionError(decided->text);
+  return decided.ok() ? absl::InternalError(absl::StrCat(
+                            "unreadable resume decision in the coordination store: ", held))
+                      : decided.status();
 }
 
 // Sets the decision to `decision` unless one was taken; returns what the
 // decision that stands means for `claim`.
-absl::Status Decide(CoordinationStore& store, const std::string& key, const std::string& decision,
+absl::Status Decide(CoordinationStore& store, const std::string& key, const StoreValue& decision,
                     const std::string& claim) {
-  auto held = store.SetIfAbsent(key, decision);
+  auto held = store.SetIfAbsent(key, EncodeStoreValue(decision));
   if (!held.ok()) {
     return absl::UnavailableError(absl::StrCat("lost the coordination store while deciding: ",
                                                held.status().message()));
@@ -106,12 +106,13 @@ absl::Status AgreeOnResume(const DistributedOptions& options,
     const std::string why = stopped ? absl::StrCat("rank ", rank, " closed before the ranks agreed")
                                     : absl::StrCat("rank ", rank, " had no decision from rank 0 within ",
                                                    Seconds(patience));
-    return Decide(store, decision_key, absl::StrCat(kFull, why), *claim);
+    return Decide(store, decision_key, StoreValue::Full(why), *claim);
   }
 
   if (!claim.ok()) {
     return Decide(store, decision_key,
-                  absl::StrCat(kFull, "rank 0 has no delta reference: ", claim.status().message()), "");
+                  StoreValue::Full(absl::StrCat("rank 0 has no delta reference: ", claim.status().message())),
+                  "");
   }
   const absl::Time deadline = start + options.commit_timeout;
   bool decided_elsewhere = false;
@@ -145,9 +146,9 @@ absl::Status AgreeOnResume(const DistributedOptions& options,
                            ", rank 0 from ", *claim);
       }
     }
-    if (!why.empty()) return Decide(store, decision_key, absl::StrCat(kFull, why), *claim);
+    if (!why.empty()) return Decide(store, decision_key, StoreValue::Full(why), *claim);
   }
-  return Decide(store, decision_key, absl::StrCat(kDelta, *claim), *claim);
+  return Decide(store, decision_key, StoreValue::Delta(*claim), *claim);
 }
 
 }  // namespace ckpt::internal

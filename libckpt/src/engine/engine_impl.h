@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -51,6 +52,11 @@ namespace ckpt::internal {
 // The codec and level full records are written with: `compression`, or
 // zstd at `compression_level` when only that is set (level >= 1).
 CompressionOptions EffectiveCompression(const EngineOptions& options);
+
+// OK when every field of `options` is in its range (and the distributed
+// ones fit together); else kInvalidArgument naming the first that is not.
+// Touches nothing: `Engine::Open` calls it before the root.
+absl::Status ValidateEngineOptions(const EngineOptions& options);
 
 // How long `SaveAsync` has held its caller, in wall and CPU time, since it
 // was called.
@@ -100,10 +106,12 @@ class EngineImpl final : public Engine {
   absl::Status AdmitStep(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_)
       ABSL_LOCKS_EXCLUDED(mu_);
   size_t SavesInFlight() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Grows the pool for a save that needs `needed` chunks, when nothing is in
-  // flight (engine/staging_memory.cc).
-  absl::Status SizePoolForSave(size_t needed, size_t in_flight)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  // Grows the pool for a save of `step` that needs `needed` chunks, when
+  // nothing is in flight (engine/staging_memory.cc): unpinned, with a
+  // reservation scheduled that pins it once the save is written. True when
+  // it grew the pool.
+  absl::StatusOr<bool> SizePoolForSave(int64_t step, size_t needed, size_t in_flight)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   // The copier for `tensors`' device tensors (made on the first save that
   // has any); null when all are host tensors.
   absl::StatusOr<DeviceCopier*> DeviceCopierFor(std::span<const TensorView> tensors)
@@ -132,8 +140,19 @@ class EngineImpl final : public Engine {
 
   // Staging chunks a save of `plan` needs.
   size_t StagingChunksFor(const std::vector<PlannedShard>& plan) const;
-  // A reservation thread: grows the pool to `chunks` once no save is in
-  // flight, holding `staging_mu_` so no save starts meanwhile.
+  // Starts a reservation thread (`Reserve(chunks)`); its outcome comes
+  // through the future. Fails once the engine is closed.
+  absl::StatusOr<std::future<absl::Status>> ScheduleReservation(size_t chunks)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until no reservation is pending, while no save is in flight (or
+  // the engine closed): a save started after a reservation was asked for
+  // stages into its memory. With saves in flight it returns at once: the
+  // reservation runs only once they have drained.
+  void AwaitReservations() ABSL_LOCKS_EXCLUDED(mu_);
+  // A reservation thread: once no save is in flight, and holding
+  // `staging_mu_` so no save starts meanwhile, grows the pool to `chunks`
+  // pinned, or pins it where a save grew it unpinned. It holds nothing
+  // while it waits for saves in flight.
   absl::Status Reserve(size_t chunks) ABSL_LOCKS_EXCLUDED(staging_mu_, mu_);
   std::vector<std::thread> TakeReservations() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -199,8 +218,9 @@ class EngineImpl final : public Engine {
   // Multi-rank: how many saves of each step this engine started (part of
   // the shared temp directory's name; every rank counts alike).
   absl::flat_hash_map<int64_t, int> attempts_ ABSL_GUARDED_BY(mu_);
-  // Threads of `ReserveStaging`, joined by `Close`.
+  // Reservation threads, joined by `Close`, and how many have not finished.
   std::vector<std::thread> reservations_ ABSL_GUARDED_BY(mu_);
+  int reservations_pending_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckpt::internal

@@ -17,6 +17,7 @@
 #include "io/backend.h"
 #include "io/small_file.h"
 #include "util/background_thread.h"
+#include "ckpt/version.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 
@@ -24,7 +25,8 @@ namespace ckpt {
 namespace internal {
 namespace {
 
-constexpr char kWriter[] = "ckpt 0.1.0";
+// What manifests record as their writer: "ckpt <version>".
+std::string WriterName() { return absl::StrCat("ckpt ", Version()); }
 
 // How ckpt-retain names itself in the writer lock's owner line (tools/retain
 // takes it to prove no writer is alive), and how long an open waits for it.
@@ -83,11 +85,16 @@ absl::Status EngineImpl::Start() {
     const size_t chunks = std::max<size_t>(
         2, (options_.staging_bytes + options_.io.chunk_bytes - 1) / options_.io.chunk_bytes);
     CKPT_RETURN_IF_ERROR(pool_.Resize(chunks, backend_.queue.get()));
+  } else if (options_.staging_reserve_bytes > 0) {
+    const size_t chunks = (options_.staging_reserve_bytes + options_.io.chunk_bytes - 1) /
+                              options_.io.chunk_bytes +
+                          (options_.delta.mode != DeltaOptions::Mode::kNone ? 2 : 0);
+    CKPT_RETURN_IF_ERROR(ScheduleReservation(chunks).status());
   }
   PersisterContext ctx{fs_.get(),        backend_.queue.get(),
                        &pool_,           root_,
                        backend_.direct,  backend_.description,
-                       kWriter,          options_.io,
+                       WriterName(),     options_.io,
                        EffectiveCompression(options_),
                        options_.delta,   options_.io.encode_buffers,
                        BackgroundNice(), committer_.get()};
@@ -149,13 +156,7 @@ int EngineImpl::BackgroundNice() const {
   return encodes ? 10 : 0;
 }
 
-}  // namespace internal
-
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
-                                                     const EngineOptions& options) {
-  using namespace internal;  // NOLINT: the engine is the glue of the internals
-  if (root.empty()) return absl::InvalidArgumentError("checkpoint root is empty");
-  std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
+absl::Status ValidateEngineOptions(const EngineOptions& options) {
   if (options.shard_min_bytes > options.shard_max_bytes) {
     return absl::InvalidArgumentError("shard_min_bytes is larger than shard_max_bytes");
   }
@@ -201,8 +202,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
     return absl::InvalidArgumentError(
         absl::StrCat("distributed.world_size ", dist.world_size, " is not in 1..", kMaxWorldSize));
   }
-  const bool multi_rank = dist.world_size > 1;
-  if (multi_rank) {
+  if (dist.world_size > 1) {
     if (dist.rank < 0 || dist.rank >= dist.world_size) {
       return absl::InvalidArgumentError(absl::StrCat("distributed.rank ", dist.rank, " is not in 0..",
                                                      dist.world_size - 1));
@@ -219,6 +219,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
           "when_busy=skip cannot be used with world_size > 1: ranks would skip different saves");
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
+                                                     const EngineOptions& options) {
+  using namespace internal;  // NOLINT: the engine is the glue of the internals
+  if (root.empty()) return absl::InvalidArgumentError("checkpoint root is empty");
+  std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
+  CKPT_RETURN_IF_ERROR(ValidateEngineOptions(options));
+  const DistributedOptions& dist = options.distributed;
+  const bool multi_rank = dist.world_size > 1;
   auto stat = fs->Stat(root);
   if (!stat.ok() && stat.status().code() == absl::StatusCode::kNotFound && options.create_root) {
     // Another process (another rank) may create it at the same time.
@@ -240,7 +253,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   std::unique_ptr<FileLock> writer_lock;
   std::unique_ptr<RankCommitter> committer;
   if (multi_rank) {
-    committer = std::make_unique<RankCommitter>(dist, fs.get(), root, kWriter);
+    committer = std::make_unique<RankCommitter>(dist, fs.get(), root, WriterName());
   }
   if (!multi_rank || dist.rank == 0) {
     auto locked = LockRoot(root, RootLockKind::kWriter, "ckpt engine", fs.get());

@@ -1,8 +1,7 @@
 // `Persister`: a save's way from staged chunks to its commit, on one thread.
-// (Over 400 lines because WriteChunks is one loop over the stager, the
-// encoder and the I/O queue whose shared state would otherwise be passed
-// between pieces; the commit and failure paths sit beside it so the order of
-// what a failed save undoes reads in one place.)
+// (Over 400 lines: the writing of one save (`ChunkWriter`, one loop over the
+// stager, the encoder and the I/O queue) sits beside the commit and failure
+// paths, so the order of what a failed save undoes reads in one place.)
 #include "engine/persister.h"
 
 #include <algorithm>
@@ -11,11 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "commit/commit.h"
+#include "commit/publish.h"
 #include "delta/delta_codec.h"
 #include "distributed/rank_layout.h"
 #include "distributed/resume_agreement.h"
 #include "engine/record_hasher.h"
 #include "engine/reference_rebuild.h"
+#include "engine/save_manifest.h"
 #include "format/manifest.h"
 #include "util/kill_point.h"
 #include "format/names.h"
@@ -201,181 +202,232 @@ void Persister::UpdateReference(const SaveJob& job, const StagedChunk& chunk, co
   }
 }
 
-absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
-                                    Plan& plan) {
-  absl::Status status;
-  if (abandon_) job.Abort(absl::CancelledError("save cancelled: engine closing"));
-  if (job.abort) status = job.abort_reason();
-  job.stage = SaveStage::kWriting;
-  if (status.ok()) {
-    status = ctx_.fs->CreateDir(job.temp_dir);
-    // Every rank of a multi-rank save writes into one directory; whoever
-    // comes first creates it.
-    if (ctx_.committer != nullptr && absl::IsAlreadyExists(status)) status = absl::OkStatus();
-  }
-  OpenOptions open;
-  open.write = true;
-  open.create = true;
-  open.exclusive = true;
-  open.direct = ctx_.direct;
-  for (size_t i = 0; i < job.plan.size() && status.ok(); ++i) {
-    auto file = ctx_.fs->Open(JoinPath(job.temp_dir, job.plan[i].file), open);
-    if (file.ok()) files.push_back(std::move(*file));
-    else status = file.status();
+// One save's writing: opens its shard files, takes its staged chunks as the
+// stager hands them over, hashes each, and writes it as it is or hands it to
+// the encoder, whose output buffers are written as they fill; it keeps the
+// I/O queue busy meanwhile and gives every buffer back once its write is
+// done. The first error sticks (`Fail`): the stager is stopped, what is in
+// flight is drained, and every chunk goes back to the pool.
+class Persister::ChunkWriter {
+ public:
+  ChunkWriter(Persister& persister, SaveJob& job, std::vector<std::unique_ptr<File>>& files, Plan& plan)
+      : p_(persister),
+        ctx_(persister.ctx_),
+        job_(job),
+        files_(files),
+        plan_(plan),
+        io_(ctx_.queue, ctx_.pool->chunk_bytes()),
+        hasher_(job.plan, plan.hashes, plan.block_bytes, &plan.block_hashes) {}
+
+  // Writes every chunk of the save; returns once all are written (and, with
+  // an encoder, encoded) or the first error.
+  absl::Status Run() {
+    if (p_.abandon_) job_.Abort(absl::CancelledError("save cancelled: engine closing"));
+    if (job_.abort) status_ = job_.abort_reason();
+    job_.stage = SaveStage::kWriting;
+    if (status_.ok()) status_ = OpenFiles();
+    if (status_.ok()) status_ = PrepareRecords();
+    if (!status_.ok()) job_.Abort(status_);
+    encoder_ = plan_.encoder.get();
+    update_reference_ = p_.reference_ != nullptr && !plan_.delta;
+    while (more_ || io_.transfers_in_flight() > 0) Step();
+    if (encoder_ != nullptr) {
+      releasable_.clear();
+      encoder_->TakeHeld(&releasable_);
+      for (size_t r : releasable_) ctx_.pool->Release(r);
+    }
+    if (status_.ok()) status_ = job_.staging_status();
+    if (status_.ok()) status_ = hasher_.Finish();
+    if (status_.ok()) KillPoint("save.written");
+    return status_;
   }
 
-  IoExecutor io(ctx_.queue, ctx_.pool->chunk_bytes());
-  std::vector<uint64_t> written;
-  ShardOutputs* outputs = nullptr;  // set when the plan encodes
-  auto fail = [&](absl::Status s) {
-    job.Abort(s);  // the stager stops at its next chunk,
-    ctx_.pool->WakeWaiters();  // or at once if it waits for one
-    if (status.ok()) status = std::move(s);
-  };
-  // Gives back the buffers of finished writes.
-  auto release = [&](const std::vector<uint64_t>& tags) {
-    for (uint64_t tag : tags) {
-      if (tag & kOutputTag) outputs->Release(tag & ~kOutputTag);
-      else ctx_.pool->Release(tag);
+ private:
+  // Creates the temp directory (every rank of a multi-rank save writes into
+  // one: whoever comes first creates it) and the shard files.
+  absl::Status OpenFiles() {
+    absl::Status created = ctx_.fs->CreateDir(job_.temp_dir);
+    if (ctx_.committer != nullptr && absl::IsAlreadyExists(created)) created = absl::OkStatus();
+    CKPT_RETURN_IF_ERROR(created);
+    OpenOptions open;
+    open.write = true;
+    open.create = true;
+    open.exclusive = true;
+    open.direct = ctx_.direct;
+    for (size_t i = 0; i < job_.plan.size(); ++i) {
+      CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                            ctx_.fs->Open(JoinPath(job_.temp_dir, job_.plan[i].file), open));
+      files_.push_back(std::move(file));
     }
-    if (!tags.empty()) job.Touch();
-  };
-  auto poll = [&](bool block) {
-    if (block) job.stage = SaveStage::kWriting;
-    written.clear();
-    absl::Status polled = io.Poll(block, &written);
-    release(written);
-    if (!polled.ok()) fail(polled);
-  };
-  ShardOutputs::EmitFn emit = [&](size_t shard, uint64_t offset, size_t buffer, size_t bytes) {
-    job.Touch();  // a write handed to the kernel is progress
-    return io.Start(IoOp::Kind::kWrite, files[shard].get(), offset, outputs->buffer(buffer), bytes,
-                    kOutputTag | buffer);
-  };
-  ShardOutputs::WaitFn wait = [&]() -> absl::StatusOr<bool> {
-    if (io.transfers_in_flight() == 0) return false;
-    poll(/*block=*/true);
-    if (!status.ok()) return status;
-    return true;
-  };
-  const CompressionCodec codec = plan.compress ? ctx_.compression.codec : CompressionCodec::kNone;
-  if (status.ok() && !plan.delta && codec == CompressionCodec::kNone) {
-    // Raw shards have their final size now: reserving it gives each file
-    // contiguous extents and the writes no size updates (about 10 % off a
-    // durable save on the development VM), and a full disk fails here.
-    for (size_t i = 0; i < files.size() && status.ok(); ++i) {
-      absl::Status s = files[i]->Allocate(job.plan[i].padded_bytes);
-      if (!s.ok() && s.code() != absl::StatusCode::kUnimplemented) status = s;
-    }
+    return absl::OkStatus();
   }
-  if (status.ok() && (plan.delta || codec != CompressionCodec::kNone)) {
-    auto created = ShardOutputs::Create(job.plan.size(), ctx_.pool->chunk_bytes(),
-                                        ctx_.output_buffers, emit, wait);
-    absl::StatusOr<std::unique_ptr<ShardEncoder>> encoder =
-        created.ok() ? absl::InternalError("no encoder") : created.status();
-    if (created.ok() && plan.delta) {
-      encoder = NewDeltaShardEncoder(job, ctx_.delta, ctx_.compression.level, reference_.get(),
-                                     CodecPool(), std::move(*created));
-    } else if (created.ok() && codec == CompressionCodec::kZstd) {
-      encoder = NewZstdShardEncoder(job, ctx_.compression.level, std::move(*created));
-    } else if (created.ok()) {
-      encoder = NewPlanesShardEncoder(job, ctx_.compression.level, CodecPool(), &adaptive_,
-                                      std::move(*created));
-    }
-    if (encoder.ok()) {
-      plan.encoder = std::move(*encoder);
-      outputs = &plan.encoder->outputs();
-    } else {
-      status = encoder.status();
-    }
-  }
-  if (!status.ok()) job.Abort(status);
-  ShardEncoder* encoder = plan.encoder.get();
-  const bool update_reference = reference_ != nullptr && !plan.delta;
-  RecordHasher hasher(job.plan, plan.hashes, plan.block_bytes, &plan.block_hashes);
 
-  std::vector<StagedChunk> ready;
-  std::vector<StagedChunk> batch;  // of `ready`, for the encoder
-  std::vector<const char*> batch_data;
-  std::vector<size_t> releasable;
-  bool more = true;
-  bool finished = false;
-  bool staged_point = false;
-  while (more || io.transfers_in_flight() > 0) {
+  // Raw records: reserves each shard's final size. Encoded ones: creates the
+  // encoder and its output buffers.
+  absl::Status PrepareRecords() {
+    EncoderChoice choice;
+    choice.delta = plan_.delta;
+    choice.codec = plan_.compress ? ctx_.compression.codec : CompressionCodec::kNone;
+    choice.level = ctx_.compression.level;
+    choice.delta_options = ctx_.delta;
+    choice.reference = p_.reference_.get();
+    choice.adaptive = &p_.adaptive_;
+    choice.pool = [this] { return p_.CodecPool(); };
+    if (!EncodesRecords(choice)) {
+      // Raw shards have their final size now: reserving it gives each file
+      // contiguous extents and the writes no size updates (about 10 % off a
+      // durable save on the development VM), and a full disk fails here.
+      for (size_t i = 0; i < files_.size(); ++i) {
+        absl::Status s = files_[i]->Allocate(job_.plan[i].padded_bytes);
+        if (!s.ok() && s.code() != absl::StatusCode::kUnimplemented) return s;
+      }
+      return absl::OkStatus();
+    }
+    ShardOutputs::EmitFn emit = [this](size_t shard, uint64_t offset, size_t buffer, size_t bytes) {
+      job_.Touch();  // a write handed to the kernel is progress
+      return io_.Start(IoOp::Kind::kWrite, files_[shard].get(), offset, outputs_->buffer(buffer), bytes,
+                       kOutputTag | buffer);
+    };
+    ShardOutputs::WaitFn wait = [this]() -> absl::StatusOr<bool> {
+      if (io_.transfers_in_flight() == 0) return false;
+      Poll(/*block=*/true);
+      if (!status_.ok()) return status_;
+      return true;
+    };
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ShardOutputs> outputs,
+                          ShardOutputs::Create(job_.plan.size(), ctx_.pool->chunk_bytes(),
+                                               ctx_.output_buffers, emit, wait));
+    CKPT_ASSIGN_OR_RETURN(plan_.encoder, NewShardEncoder(job_, choice, std::move(outputs)));
+    outputs_ = &plan_.encoder->outputs();
+    return absl::OkStatus();
+  }
+
+  // One turn of the loop: take what is staged, hash and write or encode it,
+  // finish the encoder once staging is done, reap writes.
+  void Step() {
     // Aborted from elsewhere: cancelled by `Close`, or given up by the watchdog.
-    if (status.ok() && abandon_) fail(absl::CancelledError("save cancelled: engine closing"));
-    if (status.ok() && job.abort) fail(job.abort_reason());
-    ready.clear();
-    if (more) {
-      const bool block = io.transfers_in_flight() == 0;
-      if (block) job.stage = SaveStage::kStaging;
-      more = job.TakeChunks(block, /*stop_on_abort=*/status.ok(), &ready);
+    if (status_.ok() && p_.abandon_) Fail(absl::CancelledError("save cancelled: engine closing"));
+    if (status_.ok() && job_.abort) Fail(job_.abort_reason());
+    ready_.clear();
+    if (more_) {
+      const bool block = io_.transfers_in_flight() == 0;
+      if (block) job_.stage = SaveStage::kStaging;
+      more_ = job_.TakeChunks(block, /*stop_on_abort=*/status_.ok(), &ready_);
     }
-    if (!ready.empty()) {
-      if (!plan.writing_since.has_value()) plan.writing_since = Clock::now();
-      job.stage = SaveStage::kWriting;
+    if (!ready_.empty()) {
+      if (!plan_.writing_since.has_value()) plan_.writing_since = Clock::now();
+      job_.stage = SaveStage::kWriting;
     }
-    batch.clear();
-    batch_data.clear();
-    for (const StagedChunk& c : ready) {
-      if (status.ok() && job.abort) fail(job.abort_reason());
-      const char* data = ctx_.pool->chunk(c.chunk);
-      if (status.ok()) {
-        absl::Status hashed = hasher.Consume(c, data);
-        if (!hashed.ok()) fail(hashed);
-      }
-      if (status.ok() && update_reference) UpdateReference(job, c, data);
-      if (status.ok() && encoder != nullptr) {
-        batch.push_back(c);  // encoded below, all at once
-        batch_data.push_back(data);
-        continue;
-      } else if (status.ok()) {
-        job.Touch();  // a write handed to the kernel is progress
-        absl::Status s = io.Start(IoOp::Kind::kWrite, files[c.shard].get(), c.file_offset,
-                                  const_cast<char*>(data), c.bytes, c.chunk,
-                                  ctx_.pool->buf_index(c.chunk));
-        if (s.ok()) continue;
-        fail(s);
-      }
-      ctx_.pool->Release(c.chunk);  // dropped by a failed save
-    }
-    if (!batch.empty()) {
-      releasable.clear();
-      if (status.ok()) {
-        job.stage = SaveStage::kEncoding;
-        absl::Status s = encoder->ConsumeBatch(batch, batch_data, &releasable);
-        if (!s.ok()) fail(s);
-      } else {
-        for (const StagedChunk& c : batch) releasable.push_back(c.chunk);
-      }
-      for (size_t r : releasable) ctx_.pool->Release(r);
-    }
-    if (!more && status.ok() && !staged_point) {
-      staged_point = true;
+    batch_.clear();
+    batch_data_.clear();
+    for (const StagedChunk& c : ready_) TakeChunk(c);
+    if (!batch_.empty()) EncodeBatch();
+    if (!more_ && status_.ok() && !staged_point_) {
+      staged_point_ = true;
       KillPoint("save.staged");
     }
-    if (!more && status.ok() && encoder != nullptr && !finished) {
-      finished = true;
-      job.stage = SaveStage::kEncoding;
-      absl::Status s = encoder->Finish();
-      if (!s.ok()) fail(s);
+    if (!more_ && status_.ok() && encoder_ != nullptr && !finished_) {
+      finished_ = true;
+      job_.stage = SaveStage::kEncoding;
+      absl::Status s = encoder_->Finish();
+      if (!s.ok()) Fail(s);
     }
-    if (io.transfers_in_flight() > 0) poll(/*block=*/ready.empty());
-    if (!status.ok() && io.transfers_in_flight() > 0) {
-      written.clear();
-      (void)io.Drain(&written);
-      release(written);
+    if (io_.transfers_in_flight() > 0) Poll(/*block=*/ready_.empty());
+    if (!status_.ok() && io_.transfers_in_flight() > 0) {
+      written_.clear();
+      (void)io_.Drain(&written_);
+      Release(written_);
     }
   }
-  if (encoder != nullptr) {
-    releasable.clear();
-    encoder->TakeHeld(&releasable);
-    for (size_t r : releasable) ctx_.pool->Release(r);
+
+  // Hashes staged chunk `c`, then starts its write, or adds it to the batch
+  // for the encoder; after a failure, gives it back.
+  void TakeChunk(const StagedChunk& c) {
+    if (status_.ok() && job_.abort) Fail(job_.abort_reason());
+    const char* data = ctx_.pool->chunk(c.chunk);
+    if (status_.ok()) {
+      absl::Status hashed = hasher_.Consume(c, data);
+      if (!hashed.ok()) Fail(hashed);
+    }
+    if (status_.ok() && update_reference_) p_.UpdateReference(job_, c, data);
+    if (status_.ok() && encoder_ != nullptr) {
+      batch_.push_back(c);  // encoded below, all at once
+      batch_data_.push_back(data);
+      return;
+    }
+    if (status_.ok()) {
+      job_.Touch();  // a write handed to the kernel is progress
+      absl::Status s = io_.Start(IoOp::Kind::kWrite, files_[c.shard].get(), c.file_offset,
+                                 const_cast<char*>(data), c.bytes, c.chunk, ctx_.pool->buf_index(c.chunk));
+      if (s.ok()) return;
+      Fail(s);
+    }
+    ctx_.pool->Release(c.chunk);  // dropped by a failed save
   }
-  if (status.ok()) status = job.staging_status();
-  if (status.ok()) status = hasher.Finish();
-  if (status.ok()) KillPoint("save.written");
-  return status;
+
+  // Encodes the batch (or, after a failure, drops it) and gives back the
+  // staging chunks the encoder is done with.
+  void EncodeBatch() {
+    releasable_.clear();
+    if (status_.ok()) {
+      job_.stage = SaveStage::kEncoding;
+      absl::Status s = encoder_->ConsumeBatch(batch_, batch_data_, &releasable_);
+      if (!s.ok()) Fail(s);
+    } else {
+      for (const StagedChunk& c : batch_) releasable_.push_back(c.chunk);
+    }
+    for (size_t r : releasable_) ctx_.pool->Release(r);
+  }
+
+  // The first error sticks; the stager stops at its next chunk, or at once
+  // if it waits for one.
+  void Fail(absl::Status s) {
+    job_.Abort(s);
+    ctx_.pool->WakeWaiters();
+    if (status_.ok()) status_ = std::move(s);
+  }
+
+  // Gives back the buffers of finished writes.
+  void Release(const std::vector<uint64_t>& tags) {
+    for (uint64_t tag : tags) {
+      if (tag & kOutputTag) outputs_->Release(tag & ~kOutputTag);
+      else ctx_.pool->Release(tag);
+    }
+    if (!tags.empty()) job_.Touch();
+  }
+
+  void Poll(bool block) {
+    if (block) job_.stage = SaveStage::kWriting;
+    written_.clear();
+    absl::Status polled = io_.Poll(block, &written_);
+    Release(written_);
+    if (!polled.ok()) Fail(polled);
+  }
+
+  Persister& p_;
+  const PersisterContext& ctx_;
+  SaveJob& job_;
+  std::vector<std::unique_ptr<File>>& files_;
+  Plan& plan_;
+  IoExecutor io_;
+  RecordHasher hasher_;
+  absl::Status status_;
+  ShardEncoder* encoder_ = nullptr;  // set when the plan encodes
+  ShardOutputs* outputs_ = nullptr;  // the encoder's
+  bool update_reference_ = false;
+  std::vector<uint64_t> written_;     // tags of finished writes
+  std::vector<StagedChunk> ready_;    // taken from the stager this turn
+  std::vector<StagedChunk> batch_;    // of `ready_`, for the encoder
+  std::vector<const char*> batch_data_;
+  std::vector<size_t> releasable_;
+  bool more_ = true;                  // the stager may hand over more chunks
+  bool finished_ = false;             // the encoder was finished
+  bool staged_point_ = false;         // "save.staged" was passed
+};
+
+absl::Status Persister::WriteChunks(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
+                                    Plan& plan) {
+  return ChunkWriter(*this, job, files, plan).Run();
 }
 
 absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>& files,
@@ -384,48 +436,25 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
   // Between steps that may take long (fsyncs), a save given up meanwhile stops.
   auto check_abort = [&job]() { return job.abort ? job.abort_reason() : absl::OkStatus(); };
   const ShardEncoder* encoder = plan.encoder.get();
-  Manifest manifest;
-  manifest.tensors.resize(job.tensors.size());
+  WrittenRecords written;
+  written.hashes = plan.hashes;
+  written.block_bytes = plan.block_bytes;
+  written.block_hashes = plan.block_hashes;
+  if (encoder != nullptr) {
+    written.shards = encoder->shards();
+    written.records = encoder->records();
+    written.restored_hashes = encoder->restored_hashes();
+  }
+  std::optional<DeltaBase> base;
+  if (plan.delta) {
+    base = DeltaBase{reference_->base_step(), reference_->base_manifest_xxh3(), ctx_.delta.mode};
+  }
+  Manifest manifest = BuildSaveManifest(job.step(), job.tensors, job.plan, written,
+                                        ctx_.committer != nullptr, base);
   for (size_t i = 0; i < job.plan.size(); ++i) {
-    const PlannedShard& shard = job.plan[i];
-    ShardLayout layout{shard.file_bytes, shard.padded_bytes};
-    if (encoder != nullptr) layout = encoder->shards()[i];
-    for (const PlannedRecord& r : shard.records) {
-      const TensorView& t = job.tensors[r.tensor];
-      TensorInfo& info = manifest.tensors[r.tensor];
-      info.name = t.name;
-      info.dtype = t.dtype;
-      info.shape = t.shape;
-      info.raw_bytes = t.nbytes;
-      info.xxh3 = plan.hashes[r.tensor];
-      if (ctx_.committer != nullptr) info.placement = t.placement;
-      if (info.placement == TensorPlacement::kSharded) {
-        info.global_shape = t.global_shape;
-        info.global_offset = t.global_offset;
-      }
-    }
-    PlaceRawRecords(shard, layout.file_bytes, &manifest);
-    // An encoded record lies where the encoder put it, as it was encoded.
-    for (const PlannedRecord& r : shard.records) {
-      if (encoder == nullptr) break;
-      TensorInfo& info = manifest.tensors[r.tensor];
-      const RecordLayout& rl = encoder->records()[r.tensor];
-      info.offset = rl.offset;
-      info.stored_bytes = rl.stored_bytes;
-      info.encoding = rl.encoding;
-      info.error_bound = rl.error_bound;
-      info.stored_xxh3 = rl.stored_xxh3;
-      if (encoder->restored_hashes()[r.tensor] != 0) info.xxh3 = encoder->restored_hashes()[r.tensor];
-    }
-    // Block hashes describe bytes stored as they are: only a raw record's.
-    for (const PlannedRecord& r : shard.records) {
-      TensorInfo& info = manifest.tensors[r.tensor];
-      if (r.tensor < plan.block_bytes.size() && plan.block_bytes[r.tensor] != 0 &&
-          info.encoding == RecordEncoding::kRaw) {
-        info.block_bytes = plan.block_bytes[r.tensor];
-        info.block_xxh3 = plan.block_hashes[r.tensor];
-      }
-    }
+    const ShardLayout layout =
+        encoder != nullptr ? encoder->shards()[i]
+                           : ShardLayout{job.plan[i].file_bytes, job.plan[i].padded_bytes};
     if (layout.file_bytes != layout.padded_bytes) {
       CKPT_RETURN_IF_ERROR(files[i]->Truncate(layout.file_bytes));
     }
@@ -435,16 +464,6 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     job.Touch();
   }
   KillPoint("save.synced");
-  manifest.step = job.step();
-  // A delta whose every record fell back to whole bytes depends on nothing.
-  bool any_delta = false;
-  for (const TensorInfo& t : manifest.tensors) any_delta |= IsDeltaEncoding(t.encoding);
-  if (plan.delta && any_delta) {
-    manifest.kind = CheckpointKind::kDelta;
-    manifest.base_step = reference_->base_step();
-    manifest.base_manifest_xxh3 = reference_->base_manifest_xxh3();
-    manifest.delta_mode = ctx_.delta.mode;
-  }
   manifest.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
@@ -467,7 +486,7 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     CKPT_RETURN_IF_ERROR(CommitCheckpoint(*ctx_.fs, ctx_.root, job.temp_dir, job.final_name));
   } else {
     // The part's files are fsynced; their names in the shared directory too.
-    CKPT_RETURN_IF_ERROR(ctx_.fs->SyncDir(job.temp_dir));
+    CKPT_RETURN_IF_ERROR(SyncTempDir(*ctx_.fs, job.temp_dir));
     RankCommitter::Part part;
     part.manifest = manifest_name;
     part.manifest_xxh3 = manifest.manifest_xxh3;
@@ -486,7 +505,7 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     reference_->Retain(job.tensors);
     reference_->Committed(job.step(), manifest.manifest_xxh3, manifest.kind == CheckpointKind::kDelta,
                           differential(), manifest.shard_bytes());
-    if (differential() && plan.delta && !any_delta) {
+    if (differential() && plan.delta && manifest.kind != CheckpointKind::kDelta) {
       // Every tensor was stored whole, so this save is full, but a
       // differential reference still holds the last full save's values:
       // the next save is full, and the deltas after it are against that.
@@ -561,6 +580,7 @@ absl::Status Persister::Persist(SaveJob& job, SaveStats* out) {
   stats.blocked_cpu_s = staged.blocked_cpu_s;
   stats.staging_s = staged.staging_s;
   stats.staging_wait_s = staged.staging_wait_s;
+  stats.staging_memory = staged.staging_memory;
   stats.persist_s = SecondsSince(plan.writing_since.value_or(persist_start));
   stats.seconds = SecondsSince(job.start_time);
   stats.persist_gbps = stats.persist_s > 0 ? stats.file_bytes / stats.persist_s / 1e9 : 0;

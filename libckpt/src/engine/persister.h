@@ -38,7 +38,7 @@ struct PersisterContext {
   // Full records: raw, zstd or planes (level >= 1; see EffectiveCompression).
   CompressionOptions compression;
   DeltaOptions delta;
-  // Encoded (delta or zstd) saves write through this many output buffers of
+  // Encoded (delta, zstd or planes) saves write through this many output buffers of
   // a staging chunk's size; any number >= 1 works (see ShardOutputs).
   size_t output_buffers = 8;
   int background_nice = 0;  // see EngineOptions
@@ -75,6 +75,9 @@ class Persister {
     std::vector<std::vector<uint64_t>> block_hashes;
     std::optional<Clock::time_point> writing_since;  // when the first staged chunk was taken
   };
+
+  // One save's writing (persister.cc).
+  class ChunkWriter;
 
   void Run();
   // Writes and commits `job`; returns its outcome and figures.

@@ -142,6 +142,7 @@ absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
     replicated_fingerprint = ReplicatedFingerprint(tensors);
     tensors = own;
   }
+  AwaitReservations();
   MutexLock staging_lock(&staging_mu_);
   CKPT_RETURN_IF_ERROR(AdmitStep(step));
   std::vector<PlannedShard> plan =
@@ -151,7 +152,7 @@ absl::StatusOr<std::shared_ptr<SaveHandle>> EngineImpl::SaveAsync(
   }
   const size_t needed = StagingChunksFor(plan);
   const size_t in_flight = SavesInFlight();
-  CKPT_RETURN_IF_ERROR(SizePoolForSave(needed, in_flight));
+  CKPT_RETURN_IF_ERROR(SizePoolForSave(step, needed, in_flight).status());
   StagingRequest staging;
   CKPT_ASSIGN_OR_RETURN(staging.device, DeviceCopierFor(tensors));
   if (staging.device != nullptr) {

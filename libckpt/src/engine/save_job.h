@@ -46,7 +46,7 @@ struct StagedChunk {
 enum class SaveStage : uint8_t {
   kQueued,      // behind an earlier save
   kStaging,     // copying into staging memory (or the persister waits for it)
-  kEncoding,    // delta or zstd encoding on the persister
+  kEncoding,    // encoding records (deltas, zstd, planes) on the persister
   kWriting,     // waiting for shard writes
   kCommitting,  // truncate, fsync, manifest, rename
 };
@@ -59,6 +59,7 @@ struct StagingReport {
   absl::Status status;        // OK: every chunk was handed to the persister
   double staging_s = 0;       // copying into staging memory
   double staging_wait_s = 0;  // part of `staging_s` spent waiting for free chunks
+  const char* staging_memory = "";  // how the pool's memory was pinned (`PinKindName`)
   double blocked_s = 0;       // how long `SaveAsync` held its caller
   double blocked_cpu_s = 0;   // CPU time the caller's thread used meanwhile
 };

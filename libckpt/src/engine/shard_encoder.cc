@@ -7,6 +7,7 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "codec/zstd_context.h"
 #include "delta/delta_codec.h"
 #include "delta/plane_codec.h"
 #include "util/hash.h"
@@ -70,15 +71,17 @@ absl::Status ForEachRecordPart(const PlannedShard& shard, uint64_t begin, uint64
 class ZstdShardEncoder final : public ShardEncoder {
  public:
   ZstdShardEncoder(const SaveJob& job, int level, std::unique_ptr<ShardOutputs> outputs)
-      : ShardEncoder(job, std::move(outputs)),
-        cctx_(ZSTD_createCCtx(), ZSTD_freeCCtx) {
-    ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_compressionLevel, level);
-    ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_checksumFlag, 0);  // XXH3 of the raw bytes covers it
-  }
+      : ShardEncoder(job, std::move(outputs)), level_(level) {}
 
   absl::Status ConsumeChunk(const StagedChunk& chunk, const char* data,
                             std::vector<size_t>* release) override {
     const PlannedShard& plan = job_.plan[chunk.shard];
+    // (The thread's context is shared with other codecs: set what is relied on.)
+    ZSTD_CCtx* cctx = ThreadZstdCCtx();
+    if (cctx == nullptr) return absl::ResourceExhaustedError("ZSTD_createCCtx failed");
+    ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level_);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 0);  // XXH3 of the raw bytes covers it
     release->push_back(chunk.chunk);  // nothing is kept past this call
     return ForEachRecordPart(
         plan, chunk.file_offset, chunk.file_offset + chunk.bytes,
@@ -90,7 +93,7 @@ class ZstdShardEncoder final : public ShardEncoder {
             layout.encoding = RecordEncoding::kZstd;
           }
           scratch_.resize(ZSTD_compressBound(hi - lo));
-          const size_t z = ZSTD_compress2(cctx_.get(), scratch_.data(), scratch_.size(),
+          const size_t z = ZSTD_compress2(cctx, scratch_.data(), scratch_.size(),
                                           data + (lo - chunk.file_offset), hi - lo);
           if (ZSTD_isError(z)) return absl::InternalError(absl::StrCat("zstd: ", ZSTD_getErrorName(z)));
           layout.stored_bytes += z;
@@ -99,7 +102,7 @@ class ZstdShardEncoder final : public ShardEncoder {
   }
 
  private:
-  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx_;
+  const int level_;
   std::vector<char> scratch_;
 };
 
@@ -331,6 +334,35 @@ absl::StatusOr<std::unique_ptr<ShardEncoder>> NewDeltaShardEncoder(
     WorkerPool* pool, std::unique_ptr<ShardOutputs> outputs) {
   return std::unique_ptr<ShardEncoder>(
       new DeltaShardEncoder(job, options, level, reference, pool, std::move(outputs)));
+}
+
+bool EncodesRecords(const EncoderChoice& choice) {
+  if (choice.delta) return true;
+  switch (choice.codec) {
+    case CompressionCodec::kNone: return false;
+    case CompressionCodec::kZstd:
+    case CompressionCodec::kPlanes: return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<ShardEncoder>> NewShardEncoder(const SaveJob& job,
+                                                              const EncoderChoice& choice,
+                                                              std::unique_ptr<ShardOutputs> outputs) {
+  if (choice.delta) {
+    return NewDeltaShardEncoder(job, choice.delta_options, choice.level, choice.reference,
+                                choice.pool(), std::move(outputs));
+  }
+  switch (choice.codec) {
+    case CompressionCodec::kNone:
+      break;
+    case CompressionCodec::kZstd:
+      return NewZstdShardEncoder(job, choice.level, std::move(outputs));
+    case CompressionCodec::kPlanes:
+      return NewPlanesShardEncoder(job, choice.level, choice.pool(), choice.adaptive,
+                                   std::move(outputs));
+  }
+  return absl::InternalError("raw full records need no encoder");
 }
 
 }  // namespace ckpt::internal

@@ -1,14 +1,16 @@
 // `ShardEncoder`: turns a save's raw staged chunks into shard files whose
-// records are encoded (zstd-compressed, or deltas against the reference
+// records are encoded (zstd-compressed, byte planes, or deltas against the reference
 // state), on the persister thread. Output goes through `ShardOutputs`.
 #ifndef CKPT_ENGINE_SHARD_ENCODER_H_
 #define CKPT_ENGINE_SHARD_ENCODER_H_
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/options.h"
 #include "engine/reference_state.h"
 #include "engine/save_job.h"
 #include "engine/adaptive_compression.h"
@@ -58,6 +60,28 @@ class ShardEncoder {
   std::vector<RecordLayout> records_;
   std::vector<uint64_t> restored_hashes_;
 };
+
+// How one save's records are encoded, as the persister chose it.
+struct EncoderChoice {
+  bool delta = false;  // against `reference` (else full records of `codec`)
+  CompressionCodec codec = CompressionCodec::kNone;
+  int level = 1;                         // zstd level of records, planes and delta payloads
+  DeltaOptions delta_options;            // when `delta`
+  ReferenceState* reference = nullptr;   // when `delta`
+  AdaptiveCompression* adaptive = nullptr;  // for kPlanes
+  // The encoding threads, created on first use (the persister's pool).
+  std::function<WorkerPool*()> pool;
+};
+
+// Whether a save of `choice` needs an encoder: false only for raw full
+// records, which are written as they were staged.
+bool EncodesRecords(const EncoderChoice& choice);
+
+// The encoder of `choice` (REQUIRES: `EncodesRecords(choice)`), writing
+// through `outputs`. The one place a codec option becomes an encoder.
+absl::StatusOr<std::unique_ptr<ShardEncoder>> NewShardEncoder(const SaveJob& job,
+                                                              const EncoderChoice& choice,
+                                                              std::unique_ptr<ShardOutputs> outputs);
 
 // Each record as independent zstd frames, one per staged chunk that held
 // part of it (so readers can stream them).

@@ -1,5 +1,6 @@
 #include "engine/stager.h"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 
@@ -15,8 +16,11 @@ constexpr size_t kCopyPiece = 512 * 1024;
 // Host copies are batched up to this many bytes before the copier runs them
 // (when it has helper threads): a batch's chunks are handed on once it ran.
 constexpr size_t kBatchBytes = 32 << 20;
-// Chunks of device copies allowed in flight before the oldest is awaited.
-constexpr size_t kDeviceChunksAhead = 4;
+// Bytes of device copies allowed in flight before the oldest chunk is
+// awaited: enough that the copier merges pieces into large copies (see
+// cuda/cuda_copier.cc) and the copy engine never idles while the stager
+// waits, small enough that the persister gets chunks early.
+constexpr size_t kDeviceBytesAhead = size_t{256} << 20;
 
 // A full (or flushed) chunk waiting for its copies before it is handed on.
 struct PendingChunk {
@@ -74,7 +78,7 @@ class ChunkFiller {
         RunBatch();
       }
       if (p.device) {
-        if (!all && device_pending_ <= kDeviceChunksAhead) break;
+        if (!all && device_pending_ <= device_chunks_ahead_) break;
         CKPT_RETURN_IF_ERROR(device_->WaitFor(p.token));
         --device_pending_;
       }
@@ -171,6 +175,8 @@ class ChunkFiller {
   DeviceCopier* const device_;
   const CallerStreamMark* const mark_;
   ParallelCopier* const host_;
+  const size_t device_chunks_ahead_ =
+      std::max<size_t>(4, kDeviceBytesAhead / pool_.chunk_bytes());
   double wait_s_ = 0;
   size_t shard_ = 0;
   uint64_t file_offset_ = 0;
@@ -215,6 +221,7 @@ StagingReport StageJob(StagingRequest request, StagingPool& pool, ParallelCopier
   report.status = std::move(status);
   report.staging_s = SecondsSince(start);
   report.staging_wait_s = filler.wait_s();
+  report.staging_memory = PinKindName(pool.pin_kind());
   return report;
 }
 

@@ -7,7 +7,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "commit/publish.h"
 #include "ckpt/maintenance.h"
+#include "export/safetensors_header.h"
 #include "format/names.h"
 #include "io/io_executor.h"
 #include "nlohmann/json.hpp"
@@ -35,13 +37,6 @@ const char* SafetensorsDType(DType dtype) {
   return nullptr;
 }
 
-// The parent directory of `path` ("." for a bare name).
-std::string DirOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 // Writes `n` bytes at `offset` of `file` and waits for them (short writes
 // and EINTR resubmitted; ENOSPC is kResourceExhausted). Through the queue,
 // not `File::WriteAt`: a tensor may be gigabytes.
@@ -56,10 +51,19 @@ absl::Status WriteThroughQueue(IoQueue& queue, File& file, uint64_t offset, cons
 
 absl::StatusOr<std::string> SafetensorsHeader(const std::vector<const TensorInfo*>& tensors,
                                               int64_t step, absl::string_view extras_json) {
+  return internal::SafetensorsHeaderWith(tensors, {{"format", "pt"},
+                                                   {"ckpt_step", absl::StrCat(step)},
+                                                   {"ckpt_extras", std::string(extras_json)}});
+}
+
+namespace internal {
+
+absl::StatusOr<std::string> SafetensorsHeaderWith(
+    const std::vector<const TensorInfo*>& tensors,
+    const std::vector<std::pair<std::string, std::string>>& metadata) {
   nlohmann::ordered_json header;
-  header["__metadata__"] = {{"format", "pt"},
-                            {"ckpt_step", absl::StrCat(step)},
-                            {"ckpt_extras", std::string(extras_json)}};
+  header["__metadata__"] = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : metadata) header["__metadata__"][key] = value;
   std::set<absl::string_view> names;
   uint64_t offset = 0;
   for (const TensorInfo* t : tensors) {
@@ -96,8 +100,8 @@ absl::StatusOr<std::string> SafetensorsHeader(const std::vector<const TensorInfo
   try {
     text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
   } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a tensor name or the extras of step ", step, " is not valid UTF-8: ", e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a tensor name or the metadata is not valid UTF-8: ", e.what()));
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   std::string out(8, '\0');
@@ -105,6 +109,8 @@ absl::StatusOr<std::string> SafetensorsHeader(const std::vector<const TensorInfo
   out += text;
   return out;
 }
+
+}  // namespace internal
 
 absl::StatusOr<ExportResult> ExportSafetensors(
     Reader& reader, const std::string& prefix, const std::string& path,
@@ -163,16 +169,10 @@ absl::StatusOr<ExportResult> ExportSafetensors(
   }
   if (status.ok()) status = (*file)->Sync();
   if (absl::Status closed = (*file)->Close(); status.ok()) status = closed;
-  if (status.ok()) status = fs->Rename(temp, path, RenameMode::kNoReplace);
+  if (status.ok()) status = internal::PublishFile(*fs, temp, path);
   if (!status.ok()) {
-    (void)fs->RemoveFile(temp);
+    (void)fs->RemoveFile(temp);  // (gone already when published)
     return status;
-  }
-  if (absl::Status synced = fs->SyncDir(DirOf(path)); !synced.ok()) {
-    // Its name might not survive a power loss: take it back, so that an
-    // error always means nothing was left (the caller can simply retry).
-    (void)fs->RemoveFile(path);
-    return synced;
   }
   return ExportResult{selected.size(), file_bytes};
 }

@@ -4,9 +4,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "distributed/rank_layout.h"
 #include "format/json_forms.h"
 #include "format/manifest.h"
+#include "format/names.h"
 #include "util/hash.h"
 
 namespace ckpt::internal {
@@ -37,8 +37,72 @@ absl::StatusOr<std::string> StringField(const Json& j, const char* key, absl::st
 
 }  // namespace
 
-bool LooksLikeGlobalManifest(absl::string_view contents) {
-  return absl::StartsWith(contents, "{\n \"format_version\": 2,");
+namespace {
+
+// Stops at the top-level "format_version" member's value.
+class FormatVersionFinder final : public nlohmann::json_sax<Json> {
+ public:
+  std::optional<int64_t> version;
+
+  bool key(string_t& name) override {
+    at_version_ = depth_ == 1 && name == "format_version";
+    return true;
+  }
+  bool number_integer(number_integer_t v) override { return Integer(v); }
+  bool number_unsigned(number_unsigned_t v) override {
+    return v <= static_cast<number_unsigned_t>(INT64_MAX) ? Integer(static_cast<int64_t>(v)) : Other();
+  }
+  bool null() override { return Other(); }
+  bool boolean(bool) override { return Other(); }
+  bool number_float(number_float_t, const string_t&) override { return Other(); }
+  bool string(string_t&) override { return Other(); }
+  bool binary(binary_t&) override { return Other(); }
+  bool start_object(std::size_t) override {
+    if (!Other()) return false;
+    ++depth_;
+    return true;
+  }
+  bool end_object() override { return --depth_ > 0; }
+  bool start_array(std::size_t) override {
+    if (!Other() || depth_ == 0) return false;  // (a top-level array is no manifest)
+    ++depth_;
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  bool Integer(int64_t v) {
+    if (!at_version_) return true;
+    version = v;
+    return false;  // found: stop
+  }
+  // A value that is not the version: stop if it was the version's place.
+  bool Other() {
+    const bool was_version = at_version_;
+    at_version_ = false;
+    return !was_version;
+  }
+
+  int depth_ = 0;
+  bool at_version_ = false;
+};
+
+}  // namespace
+
+std::optional<int64_t> ManifestFormatVersion(absl::string_view contents) {
+  FormatVersionFinder finder;
+  (void)Json::sax_parse(contents.begin(), contents.end(), &finder);
+  return finder.version;
+}
+
+bool IsGlobalManifest(absl::string_view contents) {
+  return ManifestFormatVersion(contents) == kMultiRankFormatVersion;
 }
 
 absl::StatusOr<std::string> SerializeGlobalManifest(GlobalManifest* manifest) {

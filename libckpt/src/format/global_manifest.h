@@ -6,6 +6,7 @@
 #define CKPT_FORMAT_GLOBAL_MANIFEST_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,10 +47,16 @@ struct GlobalManifest {
   uint64_t manifest_xxh3 = 0;      // set by Serialize/Parse
 };
 
-// True when `contents` starts as a format-2 manifest does (the writer puts
-// "format_version" first). Only routes the parse: ParseGlobalManifest (or
+// The top-level "format_version" of the manifest `contents`, found by
+// parsing it only as far as that member (wherever it stands, however the
+// JSON is spaced); nullopt when the text is not a JSON object holding an
+// integer "format_version".
+std::optional<int64_t> ManifestFormatVersion(absl::string_view contents);
+
+// Whether `contents` is a multi-rank (format 2) manifest by its
+// "format_version". Only routes the parse: ParseGlobalManifest (or
 // ParseManifest, for anything else) checks everything.
-bool LooksLikeGlobalManifest(absl::string_view contents);
+bool IsGlobalManifest(absl::string_view contents);
 
 // As SerializeManifest; sets `manifest->manifest_xxh3`.
 absl::StatusOr<std::string> SerializeGlobalManifest(GlobalManifest* manifest);

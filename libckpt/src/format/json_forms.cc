@@ -24,6 +24,7 @@ nlohmann::ordered_json SaveStatsObject(const SaveStats& s) {
   j["blocked_cpu_s"] = s.blocked_cpu_s;
   j["staging_s"] = s.staging_s;
   j["staging_wait_s"] = s.staging_wait_s;
+  j["staging_memory"] = s.staging_memory;
   j["persist_s"] = s.persist_s;
   j["seconds"] = s.seconds;
   j["persist_gbps"] = s.persist_gbps;
@@ -50,6 +51,7 @@ nlohmann::ordered_json EngineStatsObject(const EngineStats& s) {
   j["staging_bytes"] = s.staging_bytes;
   j["staging_bytes_free"] = s.staging_bytes_free;
   j["staging_memory"] = s.staging_memory;
+  j["saves_staged_unpinned"] = s.saves_staged_unpinned;
   j["backend"] = s.backend;
   j["last"] = SaveStatsObject(s.last);
   return j;

@@ -14,7 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "delta/delta_codec.h"
+#include "codec/record_codecs.h"
 #include "format/json_forms.h"
 #include "format/names.h"
 #include "util/hash.h"
@@ -177,24 +177,13 @@ absl::StatusOr<TensorInfo> ParseTensor(const Json& j, absl::string_view path, si
     return Corrupt(path, absl::StrCat(where, ": unknown encoding \"", encoding, "\""));
   }
   t.encoding = *parsed_encoding;
+  const RecordCodec& codec = CodecOf(t.encoding);
   if (t.encoding == RecordEncoding::kRaw && t.stored_bytes != t.raw_bytes) {
     return Corrupt(path, absl::StrCat(where, ": raw record stores ", t.stored_bytes,
                                       " bytes, not raw_bytes ", t.raw_bytes));
   }
-  // zstd cannot expand a byte more than this (an RLE block: 4 bytes for 128
-  // KiB), so a small record claiming a huge tensor is refused here, before a
-  // reader allocates raw_bytes for it.
-  constexpr uint64_t kMaxZstdRatio = 32768;
-  if (t.encoding == RecordEncoding::kZstd && t.raw_bytes / kMaxZstdRatio > t.stored_bytes) {
-    return Corrupt(path, absl::StrCat(where, ": a zstd record of ", t.stored_bytes,
-                                      " bytes cannot hold raw_bytes ", t.raw_bytes));
-  }
-  // A planes block is at least 13 bytes (a header and one constant plane)
-  // for at most 1 MiB: the same guard for "planes" records.
-  constexpr uint64_t kMinPlanesBlockBytes = 13;
-  if (t.encoding == RecordEncoding::kPlanes &&
-      t.stored_bytes < kMinPlanesBlockBytes * ((t.raw_bytes + (uint64_t{1} << 20) - 1) >> 20)) {
-    return Corrupt(path, absl::StrCat(where, ": a planes record of ", t.stored_bytes,
+  if (t.stored_bytes < codec.min_stored_bytes(t.raw_bytes)) {
+    return Corrupt(path, absl::StrCat(where, ": a ", codec.name, " record of ", t.stored_bytes,
                                       " bytes cannot hold raw_bytes ", t.raw_bytes));
   }
   if (auto placement = j.find("placement"); placement != j.end()) {
@@ -334,6 +323,54 @@ absl::StatusOr<uint64_t> CheckManifestChecksum(absl::string_view contents, absl:
   return actual;
 }
 
+namespace {
+
+// A delta's "base" and "delta_mode". REQUIRES: `m->step` is parsed.
+absl::Status ParseDeltaBase(const Json& j, absl::string_view path, Manifest* out) {
+  Manifest& m = *out;
+  auto base = j.find("base");
+  if (base == j.end() || !base->is_object()) return Corrupt(path, "delta without a base");
+  std::string base_hash;
+  CKPT_GET(*base, "step", &m.base_step);
+  CKPT_GET(*base, "manifest_xxh3", &base_hash);
+  auto parsed_hash = HashFromHex(base_hash);
+  if (!parsed_hash.ok()) return Corrupt(path, parsed_hash.status().message());
+  m.base_manifest_xxh3 = *parsed_hash;
+  std::string delta_mode;
+  CKPT_GET(j, "delta_mode", &delta_mode);
+  if (m.base_step < 0 || m.base_step >= m.step) {
+    return Corrupt(path, absl::StrCat("delta base step ", m.base_step, " is not before step ", m.step));
+  }
+  std::optional<DeltaOptions::Mode> mode = ParseDeltaMode(delta_mode);
+  if (!mode.has_value() || *mode == DeltaOptions::Mode::kNone) {
+    return Corrupt(path, absl::StrCat("unknown delta_mode \"", delta_mode, "\""));
+  }
+  m.delta_mode = *mode;
+  return absl::OkStatus();
+}
+
+// A compacted checkpoint's "compacted_from" (`from`). REQUIRES: `m->kind`.
+absl::Status ParseCompactedFrom(const Json& from, absl::string_view path, Manifest* out) {
+  Manifest& m = *out;
+  if (m.kind != CheckpointKind::kFull || !from.is_object()) {
+    return Corrupt(path, "compacted_from is not an object of a full checkpoint");
+  }
+  std::string hash;
+  CKPT_GET(from, "manifest_xxh3", &hash);
+  auto parsed_hash = HashFromHex(hash);
+  if (!parsed_hash.ok()) return Corrupt(path, parsed_hash.status().message());
+  m.compacted = true;
+  m.compacted_from_manifest_xxh3 = *parsed_hash;
+  CKPT_GET(from, "base_step", &m.compacted_from_base_step);
+  std::string from_mode;
+  CKPT_GET(from, "delta_mode", &from_mode);
+  m.compacted_from_delta_mode = ParseDeltaMode(from_mode).value_or(DeltaOptions::Mode::kNone);
+  CKPT_GET(from, "compacted_unix_ns", &m.compacted_unix_ns);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_view path) {
   auto checksum = CheckManifestChecksum(contents, path);
   if (!checksum.ok()) return checksum.status();
@@ -357,40 +394,12 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view contents, absl::string_
   if (!parsed_kind.has_value()) return Corrupt(path, absl::StrCat("unknown kind \"", kind, "\""));
   m.kind = *parsed_kind;
   if (m.kind == CheckpointKind::kDelta) {
-    auto base = j.find("base");
-    if (base == j.end() || !base->is_object()) return Corrupt(path, "delta without a base");
-    std::string base_hash;
-    CKPT_GET(*base, "step", &m.base_step);
-    CKPT_GET(*base, "manifest_xxh3", &base_hash);
-    auto parsed_hash = HashFromHex(base_hash);
-    if (!parsed_hash.ok()) return Corrupt(path, parsed_hash.status().message());
-    m.base_manifest_xxh3 = *parsed_hash;
-    std::string delta_mode;
-    CKPT_GET(j, "delta_mode", &delta_mode);
-    if (m.base_step < 0 || m.base_step >= m.step) {
-      return Corrupt(path, absl::StrCat("delta base step ", m.base_step, " is not before step ", m.step));
-    }
-    std::optional<DeltaOptions::Mode> mode = ParseDeltaMode(delta_mode);
-    if (!mode.has_value() || *mode == DeltaOptions::Mode::kNone) {
-      return Corrupt(path, absl::StrCat("unknown delta_mode \"", delta_mode, "\""));
-    }
-    m.delta_mode = *mode;
+    absl::Status base = ParseDeltaBase(j, path, &m);
+    if (!base.ok()) return base;
   }
   if (auto from = j.find("compacted_from"); from != j.end()) {
-    if (m.kind != CheckpointKind::kFull || !from->is_object()) {
-      return Corrupt(path, "compacted_from is not an object of a full checkpoint");
-    }
-    std::string hash;
-    CKPT_GET(*from, "manifest_xxh3", &hash);
-    auto parsed_hash = HashFromHex(hash);
-    if (!parsed_hash.ok()) return Corrupt(path, parsed_hash.status().message());
-    m.compacted = true;
-    m.compacted_from_manifest_xxh3 = *parsed_hash;
-    CKPT_GET(*from, "base_step", &m.compacted_from_base_step);
-    std::string from_mode;
-    CKPT_GET(*from, "delta_mode", &from_mode);
-    m.compacted_from_delta_mode = ParseDeltaMode(from_mode).value_or(DeltaOptions::Mode::kNone);
-    CKPT_GET(*from, "compacted_unix_ns", &m.compacted_unix_ns);
+    absl::Status compacted = ParseCompactedFrom(*from, path, &m);
+    if (!compacted.ok()) return compacted;
   }
   CKPT_GET(j, "created_unix_ns", &m.created_unix_ns);
   CKPT_GET(j, "writer", &m.writer);

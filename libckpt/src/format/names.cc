@@ -105,9 +105,21 @@ std::string TempDirName(int64_t step, uint64_t nonce) {
   return absl::StrFormat("%sstep-%020d-%016x", kTempPrefix, step, nonce);
 }
 
-std::string JoinPath(absl::string_view dir, absl::string_view name) {
-  if (!dir.empty() && dir.back() == '/') return absl::StrCat(dir, name);
-  return absl::StrCat(dir, "/", name);
+namespace {
+
+constexpr absl::string_view kRankPrefix = "rank-";
+constexpr absl::string_view kRankManifestSuffix = ".MANIFEST.json";
+
+}  // namespace
+
+std::string RankManifestName(int rank) {
+  return absl::StrFormat("%s%05d%s", kRankPrefix, rank, kRankManifestSuffix);
+}
+
+std::string RankFilePrefix(int rank) { return absl::StrFormat("%s%05d.", kRankPrefix, rank); }
+
+std::string MultiRankTempDirName(int64_t step, absl::string_view nonce, int attempt) {
+  return absl::StrFormat("%sstep-%020d-%s-%d", kTempPrefix, step, nonce, attempt);
 }
 
 }  // namespace ckpt::internal

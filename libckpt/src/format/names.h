@@ -1,5 +1,6 @@
 // Names: tensor names (user data, never paths) and the file names derived
-// from them, checkpoint directory names.
+// from them, checkpoint directory names, the names of a multi-rank
+// checkpoint's per-rank files.
 #ifndef CKPT_FORMAT_NAMES_H_
 #define CKPT_FORMAT_NAMES_H_
 
@@ -9,6 +10,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "util/path.h"  // JoinPath, for every user of these names
 
 namespace ckpt::internal {
 
@@ -46,7 +48,17 @@ inline constexpr absl::string_view kTrashPrefix = ".trash-";
 inline constexpr absl::string_view kManifestName = "MANIFEST.json";
 inline constexpr absl::string_view kLatestName = "LATEST";
 
-std::string JoinPath(absl::string_view dir, absl::string_view name);
+// World sizes up to this are accepted (rank numbers have 5 digits in names).
+inline constexpr int kMaxWorldSize = 100000;
+// "rank-00003.MANIFEST.json": rank 3's manifest in a multi-rank checkpoint.
+std::string RankManifestName(int rank);
+// "rank-00003.": what rank 3's shard file names start with.
+std::string RankFilePrefix(int rank);
+// ".tmp-step-<20 digits>-<nonce>-<attempt>": the temp directory every rank of
+// a multi-rank save writes into. `nonce` is the one rank 0 published when
+// the engines opened; `attempt` counts the saves of `step` this engine
+// started (all ranks count alike).
+std::string MultiRankTempDirName(int64_t step, absl::string_view nonce, int attempt);
 
 }  // namespace ckpt::internal
 

@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/tensor.h"
-#include "format/names.h"
+#include "util/path.h"
 #include "io/io_executor.h"
 #include "util/log.h"
 #include "util/status_macros.h"

@@ -11,6 +11,25 @@
 
 namespace ckpt::internal {
 
+size_t DirectMemoryAlignmentOf(int fd) {
+#ifdef STATX_DIOALIGN
+  struct statx st {};
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &st) == 0 && (st.stx_mask & STATX_DIOALIGN) != 0) {
+    const size_t align = st.stx_dio_mem_align;
+    // 0: the file system does not support O_DIRECT on this file (the open
+    // would have failed); anything not a power of two is not to be trusted.
+    if (align > 0 && (align & (align - 1)) == 0) return align;
+  }
+#endif
+  (void)fd;
+  return kDirectIoAlignment;
+}
+
+size_t DirectMemoryAlignment(const File& file) {
+  const auto* posix = dynamic_cast<const PosixFile*>(&file);
+  return posix != nullptr ? posix->direct_memory_alignment() : kDirectIoAlignment;
+}
+
 PosixFile::~PosixFile() {
   if (fd_ >= 0) ::close(fd_);
 }

@@ -16,11 +16,17 @@
 
 namespace ckpt::internal {
 
+// What `statx` STATX_DIOALIGN says O_DIRECT memory of `fd` must be aligned
+// to (4 bytes on NVMe, 512 on virtio); `kDirectIoAlignment` where the kernel
+// or file system does not say.
+size_t DirectMemoryAlignmentOf(int fd);
+
 class PosixFile final : public File {
  public:
   // Takes ownership of `fd`, opened on `path` (with O_DIRECT when `direct`).
   PosixFile(std::string path, int fd, bool direct)
-      : path_(std::move(path)), fd_(fd), direct_(direct) {}
+      : path_(std::move(path)), fd_(fd), direct_(direct),
+        memory_alignment_(direct ? DirectMemoryAlignmentOf(fd) : kDirectIoAlignment) {}
   ~PosixFile() override;
 
   // The descriptor, or -1 once `Close` was called.
@@ -28,6 +34,9 @@ class PosixFile final : public File {
 
   const std::string& path() const override { return path_; }
   bool direct() const override { return direct_; }
+  // The memory alignment its O_DIRECT transfers need (see
+  // `DirectMemoryAlignment`).
+  size_t direct_memory_alignment() const { return memory_alignment_; }
   absl::StatusOr<size_t> ReadAt(uint64_t offset, std::span<char> out) override;
   absl::Status WriteAt(uint64_t offset, std::span<const char> data) override;
   absl::Status Sync() override;
@@ -41,7 +50,14 @@ class PosixFile final : public File {
   const std::string path_;
   int fd_;
   const bool direct_;
+  const size_t memory_alignment_;
 };
+
+// The alignment of memory that O_DIRECT transfers of `file` need: a
+// `PosixFile`'s own, `kDirectIoAlignment` for any other file. (Offsets and
+// lengths stay `kDirectIoAlignment` multiples.) Memory aligned this way is
+// read into in place; other memory goes through bounce chunks.
+size_t DirectMemoryAlignment(const File& file);
 
 // The descriptor a POSIX queue named `queue` transfers `file` through:
 // kInvalidArgument naming the path if `file` is not a `PosixFile` (a file of

@@ -1,7 +1,7 @@
 #include "io/small_file.h"
 
 #include "absl/strings/str_cat.h"
-#include "ckpt/maintenance.h"
+#include "util/path.h"
 #include "util/status_macros.h"
 
 namespace ckpt::internal {
@@ -37,6 +37,17 @@ absl::Status WriteFileDurably(FileSystem& fs, const std::string& path, absl::str
   return file->Close();
 }
 
-void RemoveTreeBestEffort(FileSystem& fs, const std::string& path) { (void)RemoveTree(fs, path); }
+absl::Status RemoveFileTree(FileSystem& fs, const std::string& path) {
+  CKPT_ASSIGN_OR_RETURN(const FileStat stat, fs.Stat(path));
+  if (stat.is_symlink || !stat.is_directory) return fs.RemoveFile(path);
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDir(path));
+  for (const std::string& name : names) {
+    absl::Status s = RemoveFileTree(fs, JoinPath(path, name));
+    if (!s.ok() && !absl::IsNotFound(s)) return s;  // gone meanwhile is fine
+  }
+  return fs.RemoveDir(path);
+}
+
+void RemoveTreeBestEffort(FileSystem& fs, const std::string& path) { (void)RemoveFileTree(fs, path); }
 
 }  // namespace ckpt::internal

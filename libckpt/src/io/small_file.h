@@ -1,5 +1,6 @@
 // Whole-file helpers for manifests, LATEST and metrics files, through the
-// seam's synchronous `File::ReadAt` / `File::WriteAt` (no `IoQueue`).
+// seam's synchronous `File::ReadAt` / `File::WriteAt` (no `IoQueue`), and
+// removing a tree of them.
 #ifndef CKPT_IO_SMALL_FILE_H_
 #define CKPT_IO_SMALL_FILE_H_
 
@@ -22,8 +23,14 @@ absl::StatusOr<std::string> ReadSmallFile(FileSystem& fs, const std::string& pat
 // it. Any failure is returned with the path; the file may be left behind.
 absl::Status WriteFileDurably(FileSystem& fs, const std::string& path, absl::string_view contents);
 
-// `RemoveTree` (ckpt/maintenance.h), ignoring errors: the caller checks
-// what is left where it matters.
+// Removes `path` and, when it is a directory (not a symlink to one),
+// everything under it, depth first; an entry gone meanwhile is fine. The
+// first other error is returned and stops the removal. (What the public
+// `RemoveTree`, ckpt/maintenance.h, does.)
+absl::Status RemoveFileTree(FileSystem& fs, const std::string& path);
+
+// `RemoveFileTree`, ignoring errors: the caller checks what is left where
+// it matters.
 void RemoveTreeBestEffort(FileSystem& fs, const std::string& path);
 
 }  // namespace ckpt::internal

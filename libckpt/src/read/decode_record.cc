@@ -4,11 +4,8 @@
 #include <memory>
 #include <vector>
 
-#include <zstd.h>
-
 #include "absl/strings/str_cat.h"
-#include "delta/delta_codec.h"
-#include "delta/plane_codec.h"
+#include "codec/record_codecs.h"
 #include "format/names.h"
 #include "io/io_executor.h"
 #include "util/hash.h"
@@ -51,47 +48,13 @@ absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::stri
   return stored;
 }
 
-absl::Status DecodeZstdRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
-                              char* dst) {
-  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStoredRecord(files, dir, t));
-  const std::string where = absl::StrCat("tensor \"", t.name, "\" in shard ",
-                                         JoinPath(dir, t.shard), " at offset ", t.offset);
-  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-  if (dctx == nullptr) return absl::ResourceExhaustedError("ZSTD_createDCtx failed");
-  // Only checking: decompress through a bounded scratch buffer.
-  std::vector<char> scratch(dst == nullptr ? std::min<uint64_t>(t.raw_bytes, 1 << 20) : 0);
-  Xxh3Stream hash;
-  ZSTD_inBuffer in{stored.data(), t.stored_bytes, 0};
-  uint64_t produced = 0;
-  size_t last = 0;
-  while (in.pos < in.size) {
-    char* out_base = dst != nullptr ? dst + produced : scratch.data();
-    const size_t room = dst != nullptr ? t.raw_bytes - produced
-                                       : std::min<uint64_t>(scratch.size(), t.raw_bytes - produced);
-    if (room == 0) {
-      return absl::DataLossError(
-          absl::StrCat(where, ": decompresses to more than ", t.raw_bytes, " bytes"));
-    }
-    ZSTD_outBuffer out{out_base, room, 0};
-    last = ZSTD_decompressStream(dctx.get(), &out, &in);
-    if (ZSTD_isError(last)) {
-      return absl::DataLossError(
-          absl::StrCat(where, ": corrupt zstd data: ", ZSTD_getErrorName(last)));
-    }
-    hash.Update(out_base, out.pos);
-    produced += out.pos;
-  }
-  if (last != 0 || produced != t.raw_bytes) {
-    return absl::DataLossError(absl::StrCat(where, ": zstd data ends after ", produced, " of ",
-                                            t.raw_bytes, " bytes"));
-  }
-  if (hash.Digest() != t.xxh3) return ChecksumMismatch(dir, t, hash.Digest());
-  return absl::OkStatus();
-}
-
 absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
                                     char* dst) {
-  if (t.encoding == RecordEncoding::kZstd) return DecodeZstdRecord(files, dir, t, dst);
+  const RecordCodec& codec = CodecOf(t.encoding);
+  if (!codec.is_compressed) {
+    return absl::InternalError(absl::StrCat("tensor \"", t.name, "\": ", codec.name,
+                                            " is not a compressed full record"));
+  }
   CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStoredRecord(files, dir, t));
   // Only checking: decoded into memory of its own, dropped after.
   AlignedBytes scratch;
@@ -99,12 +62,12 @@ absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, c
     CKPT_ASSIGN_OR_RETURN(scratch, AlignedBytes::Allocate(t.raw_bytes, false));
     dst = static_cast<char*>(scratch.data());
   }
-  absl::Status decoded = DecodePlaneBlocks(static_cast<const char*>(stored.data()), t.stored_bytes,
-                                           DTypeSize(t.dtype), dst, t.raw_bytes, /*xor_into=*/false,
-                                           files.codec_pool());
+  absl::Status decoded = codec.decode(static_cast<const char*>(stored.data()), t.stored_bytes, dst,
+                                      t.raw_bytes, t.dtype, files.codec_pool());
   if (!decoded.ok()) {
     return absl::DataLossError(absl::StrCat("tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard),
-                                            " at offset ", t.offset, ": ", decoded.message()));
+                                            " at offset ", t.offset, ": ", codec.name, " record: ",
+                                            decoded.message()));
   }
   const uint64_t actual = Xxh3(dst, t.raw_bytes);
   if (actual != t.xxh3) return ChecksumMismatch(dir, t, actual);
@@ -134,8 +97,9 @@ absl::Status ApplyDeltas(ShardFiles& files, const DeltaChain& chain, absl::strin
     const TensorInfo* t = links[l - base - 1];
     const std::string& dir = chain.link(l).dir;
     CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStoredRecord(files, dir, *t));
-    absl::Status applied = ApplyDelta(t->encoding, static_cast<const char*>(stored.data()),
-                                      t->stored_bytes, dst, t->raw_bytes, t->dtype);
+    absl::Status applied = CodecOf(t->encoding).decode(static_cast<const char*>(stored.data()),
+                                                       t->stored_bytes, dst, t->raw_bytes, t->dtype,
+                                                       /*pool=*/nullptr);
     if (!applied.ok()) {
       return absl::DataLossError(absl::StrCat("tensor \"", name, "\" in shard ",
                                               JoinPath(dir, t->shard), " at offset ", t->offset,

@@ -1,5 +1,5 @@
 // Reading one tensor's records one at a time and decoding them into a
-// buffer: a zstd record, or the deltas that bring a whole record forward
+// buffer: a compressed record, or the deltas that bring a whole record forward
 // along a delta chain. Each result is checked against the manifest's XXH3.
 // (Raw records are read many at a time by `ReadRawRecords`.)
 #ifndef CKPT_READ_DECODE_RECORD_H_
@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "ckpt/reader.h"
 #include "ckpt/tensor.h"
+#include "codec/record_codecs.h"
 #include "read/delta_chain.h"
 #include "read/shard_files.h"
 
@@ -38,19 +39,17 @@ absl::Status CheckStoredBytes(const std::string& dir, const TensorInfo& t, const
 absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::string& dir,
                                               const TensorInfo& t);
 
-// Reads and decompresses the zstd record of `t` in `dir` into `dst` (room
-// for `t.raw_bytes`), or, when `dst` is null, only checks it, verifying the
-// XXH3 of the decompressed bytes. Corrupt or mis-sized data is kDataLoss.
-absl::Status DecodeZstdRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
-                              char* dst);
-
 // Whether `encoding` stores a whole record compressed: read and decoded one
 // record at a time (`DecodeCompressedRecord`), not streamed like raw ones.
-constexpr bool IsCompressedEncoding(RecordEncoding encoding) {
-  return encoding == RecordEncoding::kZstd || encoding == RecordEncoding::kPlanes;
+inline bool IsCompressedEncoding(RecordEncoding encoding) {
+  return CodecOf(encoding).is_compressed;
 }
 
-// As `DecodeZstdRecord` for any compressed record ("zstd" or "planes").
+// Reads the compressed full record of `t` in `dir` (any encoding whose
+// codec `is_compressed`) and decodes it into `dst` (room for `t.raw_bytes`)
+// or, when `dst` is null, into memory of its own, only to check it;
+// verifies the XXH3 of the decoded bytes. Corrupt or mis-sized data is
+// kDataLoss naming the record and its codec.
 absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
                                     char* dst);
 

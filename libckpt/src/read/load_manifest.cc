@@ -65,7 +65,7 @@ absl::Status CheckShards(FileSystem& fs, const std::string& dir, const Manifest&
 absl::StatusOr<Manifest> ParseAndCheck(FileSystem& fs, const std::string& dir, absl::string_view name,
                                        absl::string_view contents, int64_t expected_step) {
   const std::string path = JoinPath(dir, name);
-  if (LooksLikeGlobalManifest(contents)) {
+  if (IsGlobalManifest(contents)) {
     return absl::UnimplementedError(absl::StrCat(
         path, " is the manifest of a multi-rank checkpoint, not of one process's"));
   }
@@ -123,7 +123,7 @@ absl::StatusOr<Manifest> LoadListedPart(FileSystem& fs, const std::string& dir, 
 absl::StatusOr<Manifest> LoadRankPart(FileSystem& fs, const std::string& dir, int64_t expected_step,
                                       int rank) {
   CKPT_ASSIGN_OR_RETURN(std::string contents, ReadManifestFile(fs, dir, kManifestName));
-  if (!LooksLikeGlobalManifest(contents)) {
+  if (!IsGlobalManifest(contents)) {
     return absl::DataLossError(absl::StrCat("checkpoint ", dir,
                                             " is not a multi-rank checkpoint, so it has no rank ",
                                             rank, "'s part"));
@@ -140,7 +140,7 @@ absl::StatusOr<StepManifest> LoadStepManifest(FileSystem& fs, const std::string&
                                               int64_t expected_step) {
   CKPT_ASSIGN_OR_RETURN(std::string contents, ReadManifestFile(fs, dir, kManifestName));
   StepManifest step;
-  if (!LooksLikeGlobalManifest(contents)) {
+  if (!IsGlobalManifest(contents)) {
     CKPT_ASSIGN_OR_RETURN(step.single, ParseAndCheck(fs, dir, kManifestName, contents, expected_step));
     return step;
   }

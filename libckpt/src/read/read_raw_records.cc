@@ -1,64 +1,110 @@
 #include "read/read_raw_records.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "io/io_executor.h"
+#include "io/posix_file.h"
 #include "read/decode_record.h"
 #include "util/hash.h"
+#include "util/mutex.h"
 #include "util/status_macros.h"
 #include "ckpt/file_system.h"
 
 namespace ckpt::internal {
 namespace {
 
+// File offsets and lengths of O_DIRECT transfers.
 constexpr uint64_t kAlign = kDirectIoAlignment;
-bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlign == 0; }
+// Records larger than this are read in place in transfers of
+// `kLargeTransferBytes` (fewer submissions per byte; fio's 4M blocks).
+constexpr uint64_t kLargeRecordBytes = uint64_t{16} << 20;
+constexpr uint64_t kLargeTransferBytes = uint64_t{4} << 20;
+// A record's final part this small is copied and hashed on the I/O thread:
+// waking a worker would cost more than the work.
+constexpr uint64_t kLandInlineBytes = uint64_t{64} << 10;
 
-// One call of `ReadRawRecords`: each record is read in one or more parts,
-// and checked once its last part has arrived.
+bool IsAlignedTo(const void* p, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
+// One call of `ReadRawRecords`. The calling thread only submits transfers
+// and reaps them; each part that lands goes to a worker (`ReadChunks::
+// workers`), which copies it out of its chunk, if any, and feeds it to its
+// record's streamed checksum -- in record order, holding back parts that
+// land early -- so a record is verified as its last bytes arrive, not in a
+// pass of its own after them.
 class RawRecordReads {
  public:
   RawRecordReads(ShardFiles& files, ReadChunks& chunks, std::span<const RecordTarget> records)
-      : files_(files), chunks_(chunks), records_(records), parts_left_(records.size(), 0) {}
+      : files_(files), chunks_(chunks), records_(records), checks_(records.size()) {}
 
   absl::Status Run();
 
  private:
-  // One transfer: either straight into the caller's memory, or into a chunk
-  // that is then copied there.
+  // One transfer: bytes [start, start + bytes) of a record, read straight
+  // into the caller's memory or into `chunk` and copied there on landing.
   struct Part {
     size_t record = 0;
-    char* dst = nullptr;      // where the bytes finally go
-    size_t copy_bytes = 0;    // bytes to copy from `chunk` (0: read in place)
-    size_t chunk = SIZE_MAX;  // chunk used, if any
+    uint64_t start = 0;
+    uint64_t bytes = 0;
+    size_t chunk = SIZE_MAX;
+  };
+  // A record's checksum as its parts land, in any order: `landed` parts
+  // wait until the bytes before them are hashed. One thread at a time
+  // (`feeding`) hashes; it alone touches `stream`.
+  struct Check {
+    uint64_t hashed = 0;
+    bool feeding = false;
+    std::map<uint64_t, uint64_t> landed;  // start -> bytes
+    std::unique_ptr<Xxh3Stream> stream;
   };
 
   // Starts every part of record `r` (not empty) from `file`.
   absl::Status StartRecord(IoExecutor& io, size_t r, File* file);
-  absl::Status AddPart(IoExecutor& io, File* file, Part part, uint64_t offset, void* buf,
-                       size_t length, size_t required, int buf_index);
-  // A free chunk, waiting for transfers to complete if none is.
+  absl::Status StartPart(IoExecutor& io, File* file, Part part, void* buf, size_t length,
+                         int buf_index);
+  // A free chunk, waiting for transfers or copies to finish if none is.
   absl::Status TakeChunk(IoExecutor& io, size_t* chunk);
-  // Completes whatever has finished; with `block`, waits for one first.
+  // Hands on whatever transfer finished; with `block`, waits for one first.
   absl::Status Poll(IoExecutor& io, bool block);
-  absl::Status Complete(uint64_t part_tag);
-  absl::Status FinishRecord(size_t r);
+  // The transfer of part `tag` is over. Its bytes are landed (on a worker,
+  // or here when small) if it `transferred` them and nothing failed yet;
+  // otherwise only its chunk is freed.
+  void Finished(uint64_t tag, bool transferred);
+  void Land(const Part& part);
+  // Copies `part` (through a chunk) into place and frees its chunk.
+  void CopyOut(const Part& part);
+  // Bytes [start, start + bytes) of record `r` are in place: hashes what
+  // is now contiguous, and checks the record once all of it is.
+  void Feed(size_t r, uint64_t start, uint64_t bytes);
+  void Verify(size_t r, uint64_t actual);
+  void RecordError(absl::Status status);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   ShardFiles& files_;
   ReadChunks& chunks_;
   const std::span<const RecordTarget> records_;
-  std::vector<size_t> parts_left_;  // by record
-  std::vector<Part> parts_;         // by I/O tag
+  std::vector<Part> parts_;  // by I/O tag; the I/O thread's (workers get copies)
+  Mutex mu_;
+  std::vector<Check> checks_ ABSL_GUARDED_BY(mu_);  // by record (`stream`: its feeder's)
+  size_t landing_ ABSL_GUARDED_BY(mu_) = 0;  // parts handed to workers, not yet landed
+  size_t copying_ ABSL_GUARDED_BY(mu_) = 0;  // of those, the ones holding a chunk
+  absl::Status landing_status_ ABSL_GUARDED_BY(mu_);  // first checksum failure
+  std::atomic<bool> failed_{false};                   // `landing_status_` is set
 };
 
 absl::Status RawRecordReads::Run() {
   absl::Status status;
   {
-    IoExecutor io(files_.queue(), files_.io().chunk_bytes);
-    for (size_t r = 0; r < records_.size() && status.ok(); ++r) {
+    IoExecutor io(files_.queue(), std::max<size_t>(files_.io().chunk_bytes, kLargeTransferBytes));
+    for (size_t r = 0; r < records_.size() && status.ok() && !failed(); ++r) {
       const RecordTarget& record = records_[r];
       auto file = files_.Get(*record.dir, record.info->shard);
       if (!file.ok()) {
@@ -67,76 +113,91 @@ absl::Status RawRecordReads::Run() {
       }
       if (IsCompressedEncoding(record.info->encoding)) continue;  // decoded on their own
       if (record.info->raw_bytes == 0) {
-        status = FinishRecord(r);
+        Verify(r, Xxh3(record.dst, 0));
         continue;
       }
       status = StartRecord(io, r, *file);
       if (status.ok()) status = Poll(io, /*block=*/false);
     }
-    while (status.ok() && io.transfers_in_flight() > 0) status = Poll(io, /*block=*/true);
+    while (status.ok() && !failed() && io.transfers_in_flight() > 0) status = Poll(io, /*block=*/true);
     std::vector<uint64_t> rest;
     absl::Status drained = io.Drain(&rest);
     if (status.ok()) status = drained;
-    for (uint64_t tag : rest) {
-      absl::Status c = Complete(tag);
-      if (status.ok()) status = c;
-    }
+    for (uint64_t tag : rest) Finished(tag, status.ok());
   }
-  // Return every chunk, including those of abandoned parts.
+  // Every transfer is over; wait for the workers, then return every chunk
+  // (including those of parts that never started).
+  MutexLock lock(&mu_);
+  mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return landing_ == 0; });
   chunks_.ReleaseAll();
+  if (status.ok()) status = landing_status_;
   return status;
 }
 
 absl::Status RawRecordReads::StartRecord(IoExecutor& io, size_t r, File* file) {
   const TensorInfo& t = *records_[r].info;
   char* const dst = records_[r].dst;
-  parts_left_[r] = 1;  // held until every part is started
+  const uint64_t chunk_bytes = files_.io().chunk_bytes;
+  const uint64_t in_place =
+      t.raw_bytes > kLargeRecordBytes ? std::max(kLargeTransferBytes, chunk_bytes) : chunk_bytes;
   if (!file->direct()) {
-    CKPT_RETURN_IF_ERROR(
-        AddPart(io, file, Part{r, dst}, t.offset, dst, t.raw_bytes, t.raw_bytes, -1));
-  } else if (IsAligned(dst)) {
+    for (uint64_t done = 0; done < t.raw_bytes;) {
+      const uint64_t n = std::min(in_place, t.raw_bytes - done);
+      CKPT_RETURN_IF_ERROR(StartPart(io, file, Part{r, done, n}, dst + done, n, -1));
+      done += n;
+    }
+  } else if (IsAlignedTo(dst, DirectMemoryAlignment(*file))) {
     // Whole blocks straight into place; the final partial block through a chunk.
     const uint64_t body = AlignDown(t.raw_bytes, kAlign);
-    if (body > 0) {
-      CKPT_RETURN_IF_ERROR(AddPart(io, file, Part{r, dst}, t.offset, dst, body, body, -1));
+    for (uint64_t done = 0; done < body;) {
+      const uint64_t n = std::min(in_place, body - done);
+      CKPT_RETURN_IF_ERROR(StartPart(io, file, Part{r, done, n}, dst + done, n, -1));
+      done += n;
     }
     const uint64_t tail = t.raw_bytes - body;
     if (tail > 0) {
       size_t chunk = 0;
       CKPT_RETURN_IF_ERROR(TakeChunk(io, &chunk));
-      CKPT_RETURN_IF_ERROR(AddPart(io, file, Part{r, dst + body, tail, chunk}, t.offset + body,
-                                   chunks_.chunk(chunk), kAlign, tail, chunks_.buf_index(chunk)));
+      CKPT_RETURN_IF_ERROR(StartPart(io, file, Part{r, body, tail, chunk}, chunks_.chunk(chunk),
+                                     kAlign, chunks_.buf_index(chunk)));
     }
   } else {
-    const uint64_t chunk_bytes = files_.io().chunk_bytes;
     for (uint64_t done = 0; done < t.raw_bytes;) {
       const uint64_t n = std::min<uint64_t>(chunk_bytes, t.raw_bytes - done);
       size_t chunk = 0;
       CKPT_RETURN_IF_ERROR(TakeChunk(io, &chunk));
-      CKPT_RETURN_IF_ERROR(AddPart(io, file, Part{r, dst + done, n, chunk}, t.offset + done,
-                                   chunks_.chunk(chunk), AlignUp(n, kAlign), n, chunks_.buf_index(chunk)));
+      CKPT_RETURN_IF_ERROR(StartPart(io, file, Part{r, done, n, chunk}, chunks_.chunk(chunk),
+                                     AlignUp(n, kAlign), chunks_.buf_index(chunk)));
       done += n;
     }
   }
-  if (--parts_left_[r] == 0) return FinishRecord(r);
   return absl::OkStatus();
 }
 
-absl::Status RawRecordReads::AddPart(IoExecutor& io, File* file, Part part, uint64_t offset,
-                                     void* buf, size_t length, size_t required, int buf_index) {
+absl::Status RawRecordReads::StartPart(IoExecutor& io, File* file, Part part, void* buf,
+                                       size_t length, int buf_index) {
   parts_.push_back(part);
-  ++parts_left_[part.record];
   files_.CountRead(length);
-  return io.Start(IoOp::Kind::kRead, file, offset, buf, length, parts_.size() - 1, buf_index,
-                  required);
+  return io.Start(IoOp::Kind::kRead, file, records_[part.record].info->offset + part.start, buf,
+                  length, parts_.size() - 1, buf_index, part.bytes);
 }
 
 absl::Status RawRecordReads::TakeChunk(IoExecutor& io, size_t* chunk) {
   CKPT_RETURN_IF_ERROR(chunks_.Ensure());
   while (!chunks_.has_free()) {
-    std::vector<uint64_t> done;
-    CKPT_RETURN_IF_ERROR(io.Poll(/*block=*/true, &done));
-    for (uint64_t tag : done) CKPT_RETURN_IF_ERROR(Complete(tag));
+    CKPT_RETURN_IF_ERROR(Poll(io, /*block=*/false));
+    if (chunks_.has_free()) break;
+    // Chunks held by workers come back within a copy; those in transfers
+    // once the transfer lands.
+    {
+      MutexLock lock(&mu_);
+      mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return copying_ == 0 || chunks_.has_free(); });
+    }
+    if (chunks_.has_free()) break;
+    if (io.transfers_in_flight() == 0) {
+      return absl::InternalError("read: every bounce chunk is taken and none is in use");
+    }
+    CKPT_RETURN_IF_ERROR(Poll(io, /*block=*/true));
   }
   *chunk = chunks_.Take();
   return absl::OkStatus();
@@ -144,30 +205,89 @@ absl::Status RawRecordReads::TakeChunk(IoExecutor& io, size_t* chunk) {
 
 absl::Status RawRecordReads::Poll(IoExecutor& io, bool block) {
   std::vector<uint64_t> done;
+  // The executor's error sticks: when it is OK, every reported transfer
+  // moved all its bytes.
   absl::Status status = io.Poll(block, &done);
-  for (uint64_t tag : done) {
-    absl::Status c = Complete(tag);
-    if (status.ok()) status = c;
-  }
+  for (uint64_t tag : done) Finished(tag, status.ok());
   return status;
 }
 
-absl::Status RawRecordReads::Complete(uint64_t part_tag) {
-  Part& part = parts_[part_tag];
-  if (part.chunk != SIZE_MAX) {
-    std::memcpy(part.dst, chunks_.chunk(part.chunk), part.copy_bytes);
-    chunks_.Release(part.chunk);
-    part.chunk = SIZE_MAX;
+void RawRecordReads::Finished(uint64_t tag, bool transferred) {
+  const Part part = parts_[tag];
+  if (!transferred || failed()) {
+    if (part.chunk != SIZE_MAX) chunks_.Release(part.chunk);
+    return;
   }
-  if (--parts_left_[part.record] == 0) return FinishRecord(part.record);
-  return absl::OkStatus();
+  const bool last = part.start + part.bytes == records_[part.record].info->raw_bytes;
+  if (last && part.bytes <= kLandInlineBytes) {
+    // The record's final bytes: at most they themselves are left to hash.
+    Land(part);
+    return;
+  }
+  {
+    MutexLock lock(&mu_);
+    ++landing_;
+    if (part.chunk != SIZE_MAX) ++copying_;
+  }
+  chunks_.workers().Post([this, part] {
+    if (part.chunk != SIZE_MAX) {
+      CopyOut(part);
+      MutexLock lock(&mu_);  // wakes a `TakeChunk` waiting for the chunk
+      --copying_;
+    }
+    if (!failed()) Feed(part.record, part.start, part.bytes);
+    MutexLock lock(&mu_);
+    --landing_;
+  });
 }
 
-absl::Status RawRecordReads::FinishRecord(size_t r) {
+void RawRecordReads::CopyOut(const Part& part) {
+  std::memcpy(records_[part.record].dst + part.start, chunks_.chunk(part.chunk), part.bytes);
+  chunks_.Release(part.chunk);
+}
+
+void RawRecordReads::Land(const Part& part) {
+  if (part.chunk != SIZE_MAX) CopyOut(part);
+  if (!failed()) Feed(part.record, part.start, part.bytes);
+}
+
+void RawRecordReads::Feed(size_t r, uint64_t start, uint64_t bytes) {
   const RecordTarget& record = records_[r];
-  const uint64_t actual = Xxh3(record.dst, record.info->raw_bytes);
-  if (actual != record.info->xxh3) return ChecksumMismatch(*record.dir, *record.info, actual);
-  return absl::OkStatus();
+  const uint64_t total = record.info->raw_bytes;
+  if (start == 0 && bytes == total) return Verify(r, Xxh3(record.dst, total));
+  mu_.Lock();
+  Check& check = checks_[r];
+  check.landed.emplace(start, bytes);
+  if (check.feeding) {  // its feeder picks these bytes up
+    mu_.UnlockQuietly();
+    return;
+  }
+  check.feeding = true;
+  if (check.stream == nullptr) check.stream = std::make_unique<Xxh3Stream>();
+  Xxh3Stream* const stream = check.stream.get();
+  while (!check.landed.empty() && check.landed.begin()->first == check.hashed) {
+    const auto [at, n] = *check.landed.begin();
+    check.landed.erase(check.landed.begin());
+    mu_.UnlockQuietly();
+    stream->Update(record.dst + at, n);
+    mu_.Lock();
+    check.hashed += n;
+  }
+  check.feeding = false;
+  const bool complete = check.hashed == total;
+  mu_.UnlockQuietly();
+  if (complete) Verify(r, stream->Digest());
+}
+
+void RawRecordReads::Verify(size_t r, uint64_t actual) {
+  const RecordTarget& record = records_[r];
+  if (actual != record.info->xxh3) RecordError(ChecksumMismatch(*record.dir, *record.info, actual));
+}
+
+void RawRecordReads::RecordError(absl::Status status) {
+  MutexLock lock(&mu_);
+  if (landing_status_.ok()) landing_status_ = std::move(status);
+  failed_.store(true, std::memory_order_release);
 }
 
 }  // namespace

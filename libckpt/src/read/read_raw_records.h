@@ -24,7 +24,7 @@ struct RecordTarget {
 // against its XXH3. Memory that is 4 KiB-aligned gets whole blocks straight
 // from O_DIRECT reads and only its final partial block through `chunks`;
 // other memory (and buffered files) is filled chunk by chunk. zstd records
-// are skipped: decode them with `DecodeZstdRecord` beforehand. Returns the
+// are skipped: decode them with `DecodeCompressedRecord` beforehand. Returns the
 // first error, after every transfer has finished; every chunk is free again.
 absl::Status ReadRawRecords(ShardFiles& files, ReadChunks& chunks,
                             std::span<const RecordTarget> records);

@@ -1,6 +1,8 @@
 #include "staging/staging_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "util/log.h"
@@ -11,7 +13,7 @@ StagingPool::~StagingPool() {
   if (base_ != nullptr) UnpinHostMemory(base_, memory_.capacity(), pin_);
 }
 
-absl::Status StagingPool::Resize(size_t chunks, IoQueue* queue) {
+absl::Status StagingPool::Resize(size_t chunks, IoQueue* queue, Preparation preparation) {
   MutexLock lock(&mu_);
   if (free_.size() != count_) {
     return absl::InternalError("staging pool resized while chunks are in use");
@@ -25,29 +27,49 @@ absl::Status StagingPool::Resize(size_t chunks, IoQueue* queue) {
     free_.clear();
     is_free_.clear();
   }
-  auto memory = AlignedBytes::Allocate(chunks * chunk_bytes_, /*prefault=*/true);
+  const bool pinned = preparation == Preparation::kPinned;
+  auto memory = AlignedBytes::Allocate(chunks * chunk_bytes_, /*prefault=*/pinned);
   if (!memory.ok()) return memory.status();
   memory_ = std::move(*memory);
   base_ = static_cast<char*>(memory_.data());
-  pin_ = PinHostMemory(base_, memory_.capacity());
+  pin_ = PinKind::kNone;
   registered_ = false;
+  prepared_ = false;
+  count_ = chunks;
+  free_.reserve(chunks);
+  for (size_t i = 0; i < chunks; ++i) free_.push_back(i);  // ascending: a min-heap
+  is_free_.assign(chunks, true);
+  if (pinned) PinLocked(queue);
+  Log(LogLevel::kDebug, absl::StrCat("staging pool: ", chunks, " x ", chunk_bytes_ >> 10,
+                                     " KiB, ", pinned ? PinKindName(pin_) : "not yet pinned",
+                                     registered_ ? ", registered with io_uring" : ""));
+  return absl::OkStatus();
+}
+
+absl::Status StagingPool::Pin(IoQueue* queue) {
+  MutexLock lock(&mu_);
+  if (free_.size() != count_) return absl::InternalError("staging pool pinned while chunks are in use");
+  if (!prepared_) PinLocked(queue);
+  return absl::OkStatus();
+}
+
+void StagingPool::PinLocked(IoQueue* queue) {
+  pin_ = PinHostMemory(base_, memory_.capacity());
   if (queue != nullptr) {
-    std::vector<std::span<char>> buffers(chunks);
-    for (size_t i = 0; i < chunks; ++i) buffers[i] = {chunk(i), chunk_bytes_};
+    std::vector<std::span<char>> buffers(count_);
+    for (size_t i = 0; i < count_; ++i) buffers[i] = {chunk(i), chunk_bytes_};
     absl::Status registered = queue->RegisterBuffers(buffers);
     registered_ = registered.ok();
     if (!registered.ok() && registered.code() != absl::StatusCode::kUnimplemented) {
       Log(LogLevel::kDebug, absl::StrCat("staging buffers not registered: ", registered.message()));
     }
   }
-  count_ = chunks;
-  free_.reserve(chunks);
-  for (size_t i = chunks; i > 0; --i) free_.push_back(i - 1);
-  is_free_.assign(chunks, true);
-  Log(LogLevel::kDebug, absl::StrCat("staging pool: ", chunks, " x ", chunk_bytes_ >> 10,
-                                     " KiB, ", PinKindName(pin_),
-                                     registered_ ? ", registered with io_uring" : ""));
-  return absl::OkStatus();
+  prepared_ = true;
+}
+
+bool StagingPool::pinned() const {
+  MutexLock lock(&mu_);
+  return prepared_;
 }
 
 std::optional<size_t> StagingPool::Acquire(const std::atomic<bool>* stop) {
@@ -55,16 +77,18 @@ std::optional<size_t> StagingPool::Acquire(const std::atomic<bool>* stop) {
   const auto stopped = [stop] { return stop != nullptr && stop->load(); };
   mu_.Await([&] { return cancelled_ || stopped() || !free_.empty(); });
   if (cancelled_ || stopped()) return std::nullopt;
-  size_t c = free_.back();
-  free_.pop_back();
-  is_free_[c] = false;
-  return c;
+  return TakeLowest();
 }
 
 std::optional<size_t> StagingPool::TryAcquire() {
   MutexLock lock(&mu_);
   if (cancelled_ || free_.empty()) return std::nullopt;
-  size_t c = free_.back();
+  return TakeLowest();
+}
+
+size_t StagingPool::TakeLowest() {
+  std::pop_heap(free_.begin(), free_.end(), std::greater<>());
+  const size_t c = free_.back();
   free_.pop_back();
   is_free_[c] = false;
   return c;
@@ -81,6 +105,7 @@ void StagingPool::Release(size_t chunk) {
   }
   is_free_[chunk] = true;
   free_.push_back(chunk);
+  std::push_heap(free_.begin(), free_.end(), std::greater<>());
 }
 
 void StagingPool::WakeWaiters() {
@@ -90,11 +115,6 @@ void StagingPool::WakeWaiters() {
 void StagingPool::Cancel() {
   MutexLock lock(&mu_);
   cancelled_ = true;
-}
-
-void StagingPool::Uncancel() {
-  MutexLock lock(&mu_);
-  cancelled_ = false;
 }
 
 size_t StagingPool::count() const {

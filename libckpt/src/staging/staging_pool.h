@@ -28,10 +28,30 @@ class StagingPool {
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
 
-  // (Re)allocates the pool with `chunks` chunks, pre-faulted and pinned, and
-  // registers them with `queue` (may be null). REQUIRES: no chunk is taken.
-  absl::Status Resize(size_t chunks, IoQueue* queue);
+  // How `Resize` prepares new memory.
+  enum class Preparation {
+    // Pre-faulted, page-locked (`cudaHostRegister` when a CUDA device is
+    // visible, else mlock) and registered with the I/O queue: what a steady
+    // save wants, at ~0.3-0.8 s per GB of first touch and pinning.
+    kPinned,
+    // Address space only (no page touched): what a save that found the pool
+    // too small grows it with, so its caller does not wait for pinning;
+    // `Pin` finishes the job later, off the caller's thread.
+    kUnpinned,
+  };
+  // (Re)allocates the pool with `chunks` chunks and prepares them as
+  // `preparation` says; `queue` (may be null) gets pinned chunks
+  // registered. REQUIRES: no chunk is taken.
+  absl::Status Resize(size_t chunks, IoQueue* queue, Preparation preparation = Preparation::kPinned);
+  // Pins the pool's memory and registers it with `queue`, if `Resize` left it
+  // unpinned; does nothing otherwise. REQUIRES: no chunk is taken.
+  absl::Status Pin(IoQueue* queue);
+  bool pinned() const;
 
+  // Chunks are handed out lowest index first, so a save that finds the pool
+  // idle stages into one contiguous run of memory (device copies into it
+  // can then be merged across chunks).
+  //
   // Takes a free chunk, waiting for one while all are taken. Returns nullopt
   // if `Cancel` was called, or `*stop` became true (checked when woken: whoever
   // sets it calls `WakeWaiters`), while waiting.
@@ -41,9 +61,8 @@ class StagingPool {
   // Takes a free chunk if one is free now.
   std::optional<size_t> TryAcquire();
   void Release(size_t chunk);
-  // Wakes every `Acquire` waiter with nullopt until `Uncancel`.
+  // Wakes every `Acquire` waiter with nullopt, now and from then on.
   void Cancel();
-  void Uncancel();
 
   size_t chunk_bytes() const { return chunk_bytes_; }
   size_t count() const;
@@ -58,9 +77,13 @@ class StagingPool {
   char* base_ = nullptr;
   bool registered_ = false;
   PinKind pin_ = PinKind::kNone;
+  bool prepared_ = true;  // false from a `kUnpinned` resize until `Pin`
   mutable Mutex mu_;
   size_t count_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<size_t> free_ ABSL_GUARDED_BY(mu_);
+  size_t TakeLowest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PinLocked(IoQueue* queue) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::vector<size_t> free_ ABSL_GUARDED_BY(mu_);  // a min-heap of chunk indices
   std::vector<bool> is_free_ ABSL_GUARDED_BY(mu_);  // by chunk: catches a double release
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };

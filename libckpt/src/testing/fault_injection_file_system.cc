@@ -31,7 +31,7 @@ bool IsTransferCall(absl::string_view call) {
 }
 
 FaultInjectionFileSystem::FaultInjectionFileSystem(std::shared_ptr<FileSystem> base)
-    : base_(std::move(base)), state_(std::make_shared<State>(base_)) {}
+    : FileSystemWrapper(std::move(base)), state_(std::make_shared<State>(shared_target())) {}
 
 FaultInjectionFileSystem::~FaultInjectionFileSystem() = default;
 
@@ -112,8 +112,8 @@ absl::Status FaultInjectionFileSystem::DropUnsyncedData() {
 absl::StatusOr<std::unique_ptr<File>> FaultInjectionFileSystem::Open(const std::string& path,
                                                                      const OpenOptions& options) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("open ", path));
-  const bool existed = !options.create || base_->Stat(path).ok();
-  absl::StatusOr<std::unique_ptr<File>> file = base_->Open(path, options);
+  const bool existed = !options.create || base().Stat(path).ok();
+  absl::StatusOr<std::unique_ptr<File>> file = base().Open(path, options);
   if (!file.ok()) return file.status();
   std::shared_ptr<fault_internal::TrackedFile> tracked;
   if (options.write) {
@@ -134,7 +134,7 @@ absl::StatusOr<std::unique_ptr<File>> FaultInjectionFileSystem::Open(const std::
 
 absl::Status FaultInjectionFileSystem::CreateDir(const std::string& path) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("mkdir ", path));
-  absl::Status status = base_->CreateDir(path);
+  absl::Status status = base().CreateDir(path);
   if (!status.ok()) return status;
   internal::MutexLock lock(&state_->mu_);
   state_->log_.Created(path);
@@ -143,7 +143,7 @@ absl::Status FaultInjectionFileSystem::CreateDir(const std::string& path) {
 
 absl::Status FaultInjectionFileSystem::RemoveFile(const std::string& path) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("unlink ", path));
-  absl::Status status = base_->RemoveFile(path);
+  absl::Status status = base().RemoveFile(path);
   if (!status.ok()) return status;
   internal::MutexLock lock(&state_->mu_);
   state_->log_.Removed(path);
@@ -152,7 +152,7 @@ absl::Status FaultInjectionFileSystem::RemoveFile(const std::string& path) {
 
 absl::Status FaultInjectionFileSystem::RemoveDir(const std::string& path) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("rmdir ", path));
-  absl::Status status = base_->RemoveDir(path);
+  absl::Status status = base().RemoveDir(path);
   if (!status.ok()) return status;
   internal::MutexLock lock(&state_->mu_);
   state_->log_.Removed(path);
@@ -164,8 +164,8 @@ absl::Status FaultInjectionFileSystem::Rename(const std::string& from, const std
   CKPT_FAULT_CHECK(*state_, absl::StrCat("rename ", from, " to ", to));
   // What a kReplace rename replaces, so that undoing it can put it back.
   fault_internal::Replaced replaced;
-  if (mode == RenameMode::kReplace) replaced = fault_internal::SaveReplaced(*base_, to);
-  absl::Status status = base_->Rename(from, to, mode);
+  if (mode == RenameMode::kReplace) replaced = fault_internal::SaveReplaced(base(), to);
+  absl::Status status = base().Rename(from, to, mode);
   if (!status.ok()) return status;
   internal::MutexLock lock(&state_->mu_);
   state_->log_.Renamed(from, to, std::move(replaced));
@@ -181,7 +181,7 @@ absl::Status FaultInjectionFileSystem::Exchange(const std::string& a, const std:
       return absl::UnimplementedError(absl::StrCat(what, ": RENAME_EXCHANGE is not supported (simulated)"));
     }
   }
-  absl::Status status = base_->Exchange(a, b);
+  absl::Status status = base().Exchange(a, b);
   if (!status.ok()) return status;
   internal::MutexLock lock(&state_->mu_);
   state_->log_.Exchanged(a, b);
@@ -190,7 +190,7 @@ absl::Status FaultInjectionFileSystem::Exchange(const std::string& a, const std:
 
 absl::Status FaultInjectionFileSystem::SyncDir(const std::string& path) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("fsync directory ", path));
-  absl::Status status = base_->SyncDir(path);
+  absl::Status status = base().SyncDir(path);
   if (!status.ok()) return status;
   internal::MutexLock lock(&state_->mu_);
   state_->log_.DirSynced(path);
@@ -200,19 +200,19 @@ absl::Status FaultInjectionFileSystem::SyncDir(const std::string& path) {
 absl::StatusOr<std::vector<std::string>> FaultInjectionFileSystem::ListDir(
     const std::string& path) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("opendir ", path));
-  return base_->ListDir(path);
+  return base().ListDir(path);
 }
 
 absl::StatusOr<FileStat> FaultInjectionFileSystem::Stat(const std::string& path) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("stat ", path));
-  return base_->Stat(path);
+  return base().Stat(path);
 }
 
 absl::StatusOr<std::unique_ptr<FileLock>> FaultInjectionFileSystem::LockFile(
     const std::string& path, absl::string_view owner) {
   CKPT_FAULT_CHECK(*state_, absl::StrCat("lock ", path));
-  const bool existed = base_->Stat(path).ok();
-  absl::StatusOr<std::unique_ptr<FileLock>> lock = base_->LockFile(path, owner);
+  const bool existed = base().Stat(path).ok();
+  absl::StatusOr<std::unique_ptr<FileLock>> lock = base().LockFile(path, owner);
   if (!lock.ok()) return lock.status();
   if (!existed) {
     internal::MutexLock guard(&state_->mu_);
@@ -226,7 +226,7 @@ absl::StatusOr<std::unique_ptr<IoQueue>> FaultInjectionFileSystem::NewIoQueue(Io
   CKPT_FAULT_CHECK(*state_, absl::StrCat("new I/O queue (",
                                          kind == IoQueueKind::kUring ? "io_uring" : "threads",
                                          ", depth ", depth, ")"));
-  absl::StatusOr<std::unique_ptr<IoQueue>> queue = base_->NewIoQueue(kind, depth);
+  absl::StatusOr<std::unique_ptr<IoQueue>> queue = base().NewIoQueue(kind, depth);
   if (!queue.ok()) return queue.status();
   return fault_internal::NewFaultIoQueue(state_, std::move(*queue));
 }

@@ -40,6 +40,7 @@
 #include "util/mutex.h"
 #include "absl/time/time.h"
 #include "ckpt/file_system.h"
+#include "ckpt/file_system_wrapper.h"
 
 namespace ckpt::testing {
 
@@ -82,7 +83,9 @@ absl::string_view FaultName(Fault fault);
 // kShortTransfer and kEintr.
 bool IsTransferCall(absl::string_view call);
 
-class FaultInjectionFileSystem final : public FileSystem {
+// Forwards to its base file system (`FileSystemWrapper`), counting every
+// call, failing the armed one, and keeping what a crash would lose.
+class FaultInjectionFileSystem final : public FileSystemWrapper {
  public:
   // Shared by the file system, its files and its queues (which may outlive
   // it): counts, the armed fault and the durability bookkeeping.
@@ -153,6 +156,7 @@ class FaultInjectionFileSystem final : public FileSystem {
   // ---- FileSystem ----
 
   absl::string_view name() const override { return "fault-injection"; }
+  // (Every call is counted, so every call is overridden.)
   absl::StatusOr<std::unique_ptr<File>> Open(const std::string& path,
                                              const OpenOptions& options) override;
   absl::Status CreateDir(const std::string& path) override;
@@ -168,7 +172,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(IoQueueKind kind, size_t depth) override;
 
  private:
-  const std::shared_ptr<FileSystem> base_;
+  FileSystem& base() const { return target(); }
+
   const std::shared_ptr<State> state_;
 };
 

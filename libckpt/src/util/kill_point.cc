@@ -38,11 +38,6 @@ const Armed& ArmedPoint() {
 
 }  // namespace
 
-absl::string_view KillPointNames() {
-  return "save.staged save.written save.synced commit.manifest commit.dir_synced commit.renamed "
-         "commit.root_synced commit.latest commit.done";
-}
-
 void KillPoint(absl::string_view name) {
   const Armed& armed = ArmedPoint();
   if (armed.name.empty() || armed.name != name) return;

@@ -27,9 +27,6 @@ namespace ckpt::internal {
 // occurrence.
 void KillPoint(absl::string_view name);
 
-// Every point's name, in order (for tests and docs).
-absl::string_view KillPointNames();
-
 }  // namespace ckpt::internal
 
 #endif  // CKPT_UTIL_KILL_POINT_H_

@@ -16,6 +16,8 @@ See docs/python.md. The work is done by the C++ library through the LibTorch
 extension `torch.ops.ckpt` (loaded on import); this package only walks the
 state and turns non-tensor values into JSON (nothing is pickled).
 """
+import torch  # noqa: E402
+
 from . import _lib
 
 _lib.load()
@@ -23,13 +25,13 @@ _lib.load()
 from .checkpointer import AsyncSaveResponse, Checkpointer  # noqa: E402
 from .errors import (CheckpointError, CheckpointNotFoundError, CheckpointStalledError,  # noqa: E402
                      CorruptCheckpointError)
-from .exporting import export  # noqa: E402
+from .exporting import export, export_hf  # noqa: E402
 from .loading import SkippedCheckpointWarning, describe, list_steps, load, verify  # noqa: E402
 from .preemption import (handle_preemption, preempted, preemption_signal,  # noqa: E402
                          preemption_time_left, stop_handling_preemption)
 
-__version__ = "0.1.0"
-__all__ = ["Checkpointer", "AsyncSaveResponse", "load", "list_steps", "describe", "verify", "export",
+__version__ = torch.ops.ckpt.version()  # the library's, from CMakeLists.txt
+__all__ = ["Checkpointer", "AsyncSaveResponse", "load", "list_steps", "describe", "verify", "export", "export_hf",
            "CheckpointError", "CheckpointNotFoundError", "CheckpointStalledError",
            "CorruptCheckpointError",
            "SkippedCheckpointWarning", "library_path", "handle_preemption", "preempted",

@@ -17,8 +17,10 @@ The part: a checkpoint written by as many ranks as the group has loads each
 rank's own part on that rank. One written by another number of ranks (or by
 one process) is resharded: every rank reads its global tensors (DTensors'
 chunks and replicated tensors), as loading.py does without a rank.
+
+loading.py calls this module and hands it the loads it needs, so this module
+imports nothing of the package above errors.py (no import cycle).
 """
-from . import loading
 from .errors import CheckpointError, error_for
 
 _KINDS = {"ValueError": ValueError, "TypeError": TypeError}
@@ -59,30 +61,26 @@ def _collective(group, root, fn):
     return [o[1] for o in gathered], value
 
 
-def _part(root, step, rank, world):
-    """The `rank` argument of loading.py's loads for rank `rank` of a group
-    of `world` loading `step`: `rank` if as many ranks wrote it, else None
-    (its global tensors, resharded)."""
-    return rank if loading.describe(root, step).get("world_size", 1) == world else None
+def load_with_group(root, step, group, load_part, world_of, newest_that_reads):
+    """(step, state): this rank's part of the agreed checkpoint (see the module).
 
-
-def load_with_group(root, step, into, strict, group, stats=None):
-    """(step, state): this rank's part of the agreed checkpoint (see the module)."""
+    load_part(s, part): the state a load of step `s` gives for `part` (a rank,
+    or None: the global tensors, resharded); world_of(s): how many ranks wrote
+    step `s`; newest_that_reads(attempt, bound, who): (step, attempt(step)) for
+    the newest step at most `bound` that `attempt` loads (loading.py's)."""
     rank, world = group.rank(), group.size()
 
     def attempt(s):  # the state this rank reads of step `s`, or `into` loaded with it
-        part = _part(root, s, rank, world)
-        if into is None:
-            return loading._read_part(root, s, part, stats)[1]
-        return loading._load_into(root, s, into, strict, part, stats)[1]
+        # Its own part if as many ranks wrote `s`, else the global tensors.
+        return load_part(s, rank if world_of(s) == world else None)
 
     if step is not None and int(step) >= 0:
         step = int(step)
         return step, _collective(group, root, lambda: (step, attempt(step)))[1]
 
     def propose():  # (step, (step, state)): the newest this rank can load at most `bound`
-        got = kept if kept is not None and kept[0] == bound else loading.newest_that_reads(
-            root, attempt, bound, who=f"rank {rank} ")
+        got = kept if kept is not None and kept[0] == bound else newest_that_reads(
+            attempt, bound, f"rank {rank} ")
         return got[0], got
 
     bound, kept = None, None  # kept: (step, state) this rank loaded

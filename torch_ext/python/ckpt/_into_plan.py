@@ -45,6 +45,8 @@ class IntoPlan:
         self.unexpected = []  # places of the checkpoint `into` lacks
         self.own = []  # (place, name): tensors of a rank's own, asked for while resharding
         self._state_dicts = state_dicts
+        self._planned = {}  # name -> destinations planned for it (aliases: several places)
+        self._new = {}  # name -> the new tensor `new` made for it
 
     def fill(self, node, cur, path, grow=False):
         """Plans loading saved `node` into `cur` (at `path`); returns the value
@@ -116,16 +118,18 @@ class IntoPlan:
         return cur if out is cur else tuple(out)  # a tuple: rebuilt, replaced in its parent
 
     def new(self, node):
-        """The saved value `node`, with new CPU tensors (read later)."""
-        tensors = {}
+        """The saved value `node`, with new CPU tensors (read later; an alias
+        gets the tensor its name was given before, as without `into`)."""
         for name in _tree.tensor_names(node):
+            if name in self._new:
+                continue
             t = self.manifest[name]
             self._check_global(name, ())
             dst = torch.empty(t["shape"], dtype=_dtype(t["dtype"], name))
             self.names.append(name)
             self.dsts.append(dst)
-            tensors[name] = dst
-        return _tree.decode(node, tensors)
+            self._new[name] = dst
+        return _tree.decode(node, self._new)
 
     def _check(self, name, dst, path):
         """TypeError/ValueError unless `dst` (a tensor or a DTensor: its global
@@ -149,8 +153,25 @@ class IntoPlan:
 
     def _read(self, name, dst, path):
         self._check(name, dst, path)
+        if self._planned_already(name, dst):
+            return
         self.names.append(name)
         self.dsts.append(dst)
+
+    def _planned_already(self, name, dst):
+        """Whether tensor `name` is read into `dst` already: the checkpoint's
+        aliases (tied weights) come to one tensor read once. Into the same
+        storage again (a tied model), nothing more is done; into another (an
+        untied one), a copy from the first follows the read."""
+        planned = self._planned.setdefault(name, [])
+        for first in planned:
+            if _same_view(first, dst):
+                return True
+        planned.append(dst)
+        if len(planned) == 1 or _dtensor.is_dtensor(dst) or _dtensor.is_dtensor(planned[0]):
+            return False  # (DTensors of other layouts: each its own box, read)
+        self.ops.insert(0, functools.partial(_copy, dst, planned[0]))
+        return True
 
     def _read_box(self, name, dt, path):
         """Plans filling DTensor `dt`'s local tensor with its box of `name`."""
@@ -162,7 +183,7 @@ class IntoPlan:
             raise ValueError(f"ckpt: {_tree.where(path)} is a DTensor whose local tensor has shape "
                              f"{list(local.shape)}, but its placements "
                              f"{_dtensor.describe_placements(dt)} give this rank {shape}")
-        if local.numel():
+        if local.numel() and not self._planned_already(name, dt):
             self.boxes.append((name, offset, local))
 
     def _state_dict(self, obj, path):
@@ -195,6 +216,25 @@ class IntoPlan:
                 f"out of `into`, or load on a group of {self.saved_world} ranks (or with rank=r)")
         if problems:
             raise ValueError("ckpt: load into: " + "; ".join(problems))
+
+
+def _local(t):
+    return _dtensor.local_tensor(t) if _dtensor.is_dtensor(t) else t
+
+
+def _same_view(a, b):
+    """Whether tensors (or DTensors, by their local tensors) `a` and `b` are
+    one view of one storage."""
+    if a is b:
+        return True
+    a, b = _local(a), _local(b)
+    return a.device == b.device and a.dtype == b.dtype and a.shape == b.shape and \
+        a.stride() == b.stride() and a.numel() > 0 and a.data_ptr() == b.data_ptr()
+
+
+def _copy(dst, src):
+    """Copies an alias's value, read into `src`, into `dst`."""
+    dst.copy_(src)
 
 
 def _listing(paths, limit=10):

@@ -6,9 +6,8 @@
 is stored in the checkpoint's extras. `unflatten(tree, tensors)` rebuilds the
 structure. Types survive exactly:
 
-  tensor            {"$tensor": name}            (each leaf its own tensor; views
-                                                  sharing storage come back as
-                                                  separate tensors)
+  tensor            {"$tensor": name}            (each leaf its own tensor, except
+                                                  aliases: see below)
   None, bool, str   themselves
   int               itself (a JSON integer), or {"$int": "digits"} beyond 64 bits
   float             {"$float": repr(x)}          (exact, incl. nan, inf, -0.0)
@@ -20,6 +19,15 @@ structure. Types survive exactly:
   torch.Size        {"$size": [...]}
   torch.dtype       {"$dtype": "float32"}
   torch.device      {"$device": "cuda:0"}
+
+Aliases (tied weights): a tensor that is the same view of the same storage
+as one met earlier in the walk (same storage, offset, shape, strides, dtype:
+`lm_head.weight` tied to `embed_tokens.weight`) is stored once. Its node names
+the first one's tensor, {"$tensor": first}, so a load rebuilds both places
+from one tensor (ckpt.load returns them sharing it, as torch.load does), and
+the tree records the name it would have had: {"aliases": {name: first}}.
+Views that overlap otherwise (a slice, a reshape) are saved as their own
+tensors.
 
 An object with state_dict() and load_state_dict() (nn.Module, Optimizer, LR
 scheduler, a dataloader or RNG holder: a "stateful" object) is saved as what
@@ -59,6 +67,8 @@ class _Flattener:
         self.tensors = []
         self.chunks = {}  # position in `names` -> (global shape, global offset) of a DTensor's chunk
         self.dtensors = {}  # name -> _dtensor.mesh_info
+        self.aliases = {}  # name a tensor would have had -> the name it is stored under
+        self._stored = {}  # _alias_key of each tensor stored -> its name
         self._used = set()
         self._active = set()  # ids of containers on the current path (cycle check)
 
@@ -80,6 +90,9 @@ class _Flattener:
                 raise TypeError(subclass_message(x, path))
             check_savable(x, path)
             name = self.tensor_name(path)
+            first = self._alias_of(x, name)
+            if first is not None:
+                return {"$tensor": first}
             self.names.append(name)
             self.tensors.append(x.detach())
             return {"$tensor": name}
@@ -129,6 +142,9 @@ class _Flattener:
         check_savable(local, path)
         shape, offset = _dtensor.local_box(dt)
         name = self.tensor_name(path)
+        first = self._alias_of(dt, name, local)
+        if first is not None:
+            return {"$tensor": first}
         self.dtensors[name] = _dtensor.mesh_info(dt)
         if not self.multi_rank:
             if shape != list(dt.shape):
@@ -149,6 +165,20 @@ class _Flattener:
                 self._add_chunk(name, local, list(dt.shape), offset)
         return {"$tensor": name}
 
+    def _alias_of(self, x, name, local=None):
+        """The name of the tensor stored earlier that `x` aliases (recording
+        `name` as its alias), or None after recording `x` as stored under
+        `name`. `local`: a DTensor's local tensor, whose storage is compared."""
+        key = _alias_key(x, x if local is None else local)
+        if key is None:
+            return None
+        first = self._stored.get(key)
+        if first is None:
+            self._stored[key] = name
+            return None
+        self.aliases[name] = first
+        return first
+
     def _add_chunk(self, name, local, global_shape, offset):
         self.chunks[len(self.names)] = (global_shape, offset)
         self.names.append(name)
@@ -167,6 +197,20 @@ class _Flattener:
         if meta is not None:
             out["$meta"] = self.encode(meta, path + ("_metadata",))
         return out
+
+
+def _alias_key(x, storage_of):
+    """What makes two tensors one: the storage of `storage_of` (and where in
+    it), with `x`'s type, shape, strides and dtype (a DTensor's global ones and
+    its placements). None for a tensor without elements, which aliases nothing
+    (a DTensor of which this rank holds nothing is keyed by the object: tied
+    parameters are one object, and every rank must see the same aliases)."""
+    placements = tuple(_dtensor.describe_placements(x)) if storage_of is not x else None
+    if storage_of.numel() == 0:
+        return None if placements is None else ("object", id(x))
+    where = (storage_of.device, storage_of.untyped_storage().data_ptr(), storage_of.storage_offset(),
+             tuple(storage_of.stride()))
+    return where + (tuple(x.shape), x.dtype, placements)
 
 
 def is_stateful(x):
@@ -275,6 +319,8 @@ def flatten_for_save(state, multi_rank):
     meta = {"format": FORMAT, "tree": tree}
     if f.dtensors:
         meta["dtensors"] = f.dtensors
+    if f.aliases:
+        meta["aliases"] = f.aliases
     return Flat(f.names, f.tensors, meta, f.chunks)
 
 

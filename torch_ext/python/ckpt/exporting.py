@@ -1,4 +1,5 @@
-"""ckpt.export: a checkpoint as one safetensors file, through ckpt-restore."""
+"""ckpt.export and ckpt.export_hf: a checkpoint as one safetensors file, or as a
+Hugging Face model directory, through ckpt-restore."""
 import glob
 import os
 import shutil
@@ -59,3 +60,53 @@ def export(root, path, step=None, filter=None, rank=None):  # noqa: A002 -- the 
         message = (done.stderr or done.stdout).strip()
         raise error_for(_EXIT_CODES.get(done.returncode, "UNKNOWN"), f"ckpt: export: {message}")
     return path
+
+
+def export_hf(root, out_dir, step=None, strip_prefix=None, filter=None, max_shard_size=None,  # noqa: A002
+              dtype=None, copy=(), rank=None):
+    """Writes checkpoint `step` of `root` (None: the newest that verifies) as
+    the Hugging Face model directory `out_dir`, what `from_pretrained` and the
+    `safetensors` library read (`ckpt-restore --export-hf`): deltas resolved,
+    every checksum verified; one `model.safetensors`, or several
+    `model-0000K-of-0000N.safetensors` and `model.safetensors.index.json`.
+
+    strip_prefix: export only the tensors whose names start with it, named
+        without it ("model." for a state saved as {"model": model}).
+    filter: export only the tensors whose names start with it (as saved).
+    max_shard_size: the most tensor bytes per file, as transformers'
+        `max_shard_size` (an int, or "5GB", "500MiB", ...; default "50GB").
+    dtype: floating tensors written as this dtype (torch.bfloat16 or
+        "bfloat16", float16, float32, float64), rounded as Tensor.to rounds.
+    copy: files copied beside them under their base names (config.json,
+        tokenizer files).
+    Tied weights are written once (a tie is one tensor in the checkpoint);
+    from_pretrained ties the other name to it. Never overwrites `out_dir`
+    (FileExistsError). Returns `out_dir`.
+    """
+    out_dir = os.fspath(out_dir)
+    if os.path.lexists(out_dir):
+        raise FileExistsError(f"ckpt: {out_dir} exists; export never overwrites")
+    args = [_ckpt_restore(), "--root", os.fspath(root), "--export-hf", out_dir, "--progress=never"]
+    args += ["--latest"] if step is None else ["--step", str(int(step))]
+    if strip_prefix:
+        args += ["--strip-prefix", str(strip_prefix)]
+    if filter:
+        args += ["--filter", str(filter)]
+    if max_shard_size is not None:
+        args += ["--max-shard-size", str(max_shard_size)]
+    if dtype is not None:
+        args += ["--dtype", str(dtype).replace("torch.", "")]
+    copy = [os.fspath(c) for c in ([copy] if isinstance(copy, (str, os.PathLike)) else copy)]
+    if any("," in c for c in copy):
+        raise ValueError(f"ckpt: export_hf cannot copy a file whose path holds a comma: {copy}")
+    if copy:
+        args += ["--copy", ",".join(copy)]
+    if rank is not None:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise ValueError(f"ckpt: rank must be None or a rank >= 0, got {rank!r}")
+        args += ["--rank", str(rank)]
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip()
+        raise error_for(_EXIT_CODES.get(done.returncode, "UNKNOWN"), f"ckpt: export_hf: {message}")
+    return out_dir

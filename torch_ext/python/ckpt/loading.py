@@ -7,7 +7,7 @@ import warnings
 
 import torch
 
-from . import _distributed, _lib, _tree
+from . import _dist_load, _distributed, _lib, _tree
 from ._into_plan import GLOBAL_PLACEMENTS, IntoPlan
 from .checkpointer import EXTRAS_KEY
 from .errors import CheckpointError, translate, wrap
@@ -126,9 +126,15 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
         if rank is not None:
             raise ValueError("ckpt: load takes process_group or rank, not both (with a group, each "
                              "rank loads its own part)")
-        from . import _dist_load
-        chosen, state = _dist_load.load_with_group(root, step, into, strict,
-                                                   _distributed.check_group(process_group), stats)
+        def load_part(s, part):
+            if into is None:
+                return _read_part(root, s, part, stats)[1]
+            return _load_into(root, s, into, strict, part, stats)[1]
+
+        chosen, state = _dist_load.load_with_group(
+            root, step, _distributed.check_group(process_group), load_part,
+            lambda s: describe(root, s).get("world_size", 1),
+            lambda attempt, bound, who: newest_that_reads(root, attempt, bound, who=who))
     elif isinstance(rank, str) and rank == "all":
         if into is not None:
             raise ValueError('ckpt: rank="all" returns {rank: state}; it does not load into a state '
