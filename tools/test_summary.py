@@ -8,7 +8,7 @@ RESULTS_DIR holds the XML reports of one tier, each read the same way:
                  per GoogleTest case, one per script suite such as full_disk,
                  one per pytest run);
   pytest/*.xml   pytest's --junitxml of each Python suite, named after its
-                 ctest test (python_tests.xml ...): these replace that test's
+                 ctest test (python_load.xml ...): these replace that test's
                  single entry in ctest.xml with its cases;
   gtest/*.xml    --gtest_output=xml of the sanitizer runs;
   extra.tsv      one line per case run outside those (fuzz targets, bench
