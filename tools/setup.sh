@@ -11,7 +11,8 @@ deps_only=0
 [[ ${1:-} == --deps-only ]] && deps_only=1
 
 packages=(cmake ninja-build g++ pkg-config liburing-dev libzstd-dev libxxhash-dev libabsl-dev
-          libgtest-dev libgmock-dev nlohmann-json3-dev fio python3-matplotlib clang gdb ccache)
+          libgtest-dev libgmock-dev nlohmann-json3-dev
+          libcurl4-openssl-dev libssl-dev libexpat1-dev fio python3-matplotlib clang gdb ccache)
 SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO="sudo"
 missing=()
