@@ -3,6 +3,7 @@
 // records live in read/; this file checks arguments and puts those pieces in
 // order.
 #include "ckpt/reader.h"
+#include "ckpt/object_store.h"
 
 #include <algorithm>
 #include <optional>
@@ -330,7 +331,8 @@ absl::Status ReaderImpl::Verify(const VerifyProgress& progress) {
 
 absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
                                                      const ReaderOptions& options) {
-  std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
+  // An s3:// root reads through the object store's read-only file system.
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, FileSystemForRoot(root, options.fs));
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
   auto opened = OpenIo(*fs, options.io, "");
   if (!opened.ok()) return Annotate(opened.status(), absl::StrCat("checkpoint root ", root));

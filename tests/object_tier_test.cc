@@ -1,0 +1,251 @@
+// The object tier against moto: publishing under the commit protocol, and
+// restoring straight from the bucket, bit-identical to the local restore.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "ckpt/catalog.h"
+#include "ckpt/engine.h"
+#include "ckpt/object_store.h"
+#include "ckpt/object_tier.h"
+#include "ckpt/reader.h"
+#include "gtest/gtest.h"
+#include "moto_server.h"
+#include "test_util.h"
+
+namespace ckpt {
+namespace {
+
+using testing::OwnedTensor;
+using testing::RandomTensor;
+using testing::ScratchDir;
+using testing::Views;
+
+EngineOptions Chained(int full_every) {
+  EngineOptions options = testing::SmallChunks();
+  options.delta.mode = DeltaOptions::Mode::kExact;
+  options.delta.base = DeltaOptions::Base::kChained;
+  options.delta.max_restore_read_factor = 0;
+  options.delta.full_every = full_every;
+  return options;
+}
+
+class ObjectTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto& server = ckpt::testing::SharedMotoServer();
+    bucket_ = ckpt::testing::NewTestBucket();
+    url_ = absl::StrCat("s3://", bucket_, "/runs/a");
+    auto store = OpenObjectStore(url_, server.Options());
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *store;
+    server.ExportEnvironment();  // for roots opened by URL alone
+    root_ = dir_.Join("root");
+  }
+
+  // Saves steps 1..n (a full save every `full_every`), tensors big enough to
+  // make multipart uploads with 64 KiB parts.
+  void Save(int n, int full_every) {
+    auto engine = Engine::Open(root_, Chained(full_every));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<OwnedTensor> state = {RandomTensor("m.w", DType::kFloat32, {100000}, 1),
+                                      RandomTensor("m.b", DType::kFloat32, {77}, 2),
+                                      RandomTensor("n.w", DType::kBFloat16, {300, 7}, 3)};
+    std::mt19937_64 rng(7);
+    for (int step = 1; step <= n; ++step) {
+      for (auto& t : state) {
+        for (int i = 0; i < 40; ++i) t.bytes[rng() % t.bytes.size()] ^= 0x21;
+      }
+      ASSERT_TRUE((*engine)->Save(step, Views(state)).ok());
+    }
+  }
+
+  PublishOptions Small() {
+    PublishOptions o;
+    o.part_bytes = 64 << 10;
+    o.streams = 4;
+    return o;
+  }
+
+  void PublishAll() {
+    auto steps = ListSteps(root_);
+    ASSERT_TRUE(steps.ok()) << steps.status();
+    for (int64_t step : *steps) {
+      auto stats = PublishCheckpoint(root_, step, *store_, "runs/a", Small());
+      ASSERT_TRUE(stats.ok()) << "step " << step << ": " << stats.status();
+    }
+  }
+
+  // Every tensor of `step` read from the bucket equals the local read.
+  void ExpectSameAsLocal(int64_t step) {
+    ReaderOptions options;
+    options.step = step;
+    auto local = Reader::Open(root_, options);
+    ASSERT_TRUE(local.ok()) << local.status();
+    auto remote = Reader::Open(url_, options);
+    ASSERT_TRUE(remote.ok()) << "step " << step << ": " << remote.status();
+    ASSERT_EQ((*remote)->tensors().size(), (*local)->tensors().size());
+    for (const TensorInfo& t : (*local)->tensors()) {
+      auto a = (*local)->Read(t.name);
+      auto b = (*remote)->Read(t.name);
+      ASSERT_TRUE(a.ok() && b.ok()) << t.name << ": " << b.status();
+      ASSERT_EQ(a->nbytes(), b->nbytes());
+      EXPECT_TRUE(testing::SameBytes(a->data(), b->data(), a->nbytes())) << "step " << step << " " << t.name;
+    }
+    EXPECT_TRUE((*remote)->Verify().ok());
+  }
+
+  ScratchDir dir_;
+  std::string root_, bucket_, url_;
+  std::shared_ptr<ObjectStore> store_;
+};
+
+TEST_F(ObjectTierTest, FullAndDeltaChainRestoreFromBucketBitIdentical) {
+  Save(7, 4);  // 1 full, 2-4 deltas, 5 full, 6-7 deltas
+  PublishAll();
+  EXPECT_EQ(*ListCommittedSteps(*store_, "runs/a"), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(*ListSteps(url_), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}));
+  for (int64_t step = 1; step <= 7; ++step) ExpectSameAsLocal(step);
+  auto latest = Reader::Open(url_, ReaderOptions{});
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ((*latest)->step(), 7);
+  EXPECT_TRUE(store_->ListMultipartUploads("")->empty());
+}
+
+TEST_F(ObjectTierTest, PublishIsIdempotentAndRefusesAnotherCheckpointUnderTheStep) {
+  Save(1, 1);
+  auto first = PublishCheckpoint(root_, 1, *store_, "runs/a", Small());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->already_there);
+  EXPECT_GT(first->files, 1u);
+  auto again = PublishCheckpoint(root_, 1, *store_, "runs/a", Small());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->already_there);
+  // Another root's step 1 is another checkpoint.
+  ScratchDir other;
+  auto engine = Engine::Open(other.path(), EngineOptions{});
+  std::vector<OwnedTensor> state = {RandomTensor("x", DType::kFloat32, {10}, 9)};
+  ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
+  EXPECT_EQ(PublishCheckpoint(other.path(), 1, *store_, "runs/a", Small()).status().code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(ObjectTierTest, DeltaWaitsForItsBasesMarker) {
+  Save(2, 10);
+  auto delta = PublishCheckpoint(root_, 2, *store_, "runs/a", Small());
+  EXPECT_EQ(delta.status().code(), absl::StatusCode::kFailedPrecondition) << delta.status();
+  EXPECT_TRUE(ListCommittedSteps(*store_, "runs/a")->empty());
+}
+
+TEST_F(ObjectTierTest, StepWithoutMarkerIsInvisible) {
+  Save(2, 1);
+  PublishAll();
+  ASSERT_TRUE(store_->Delete(MarkerKey("runs/a", 2)).ok());
+  EXPECT_EQ(*ListSteps(url_), (std::vector<int64_t>{1}));
+  auto latest = Reader::Open(url_, ReaderOptions{});
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ((*latest)->step(), 1);
+}
+
+TEST_F(ObjectTierTest, CorruptedObjectIsDataLossNamingKeyAndTensor) {
+  Save(1, 1);
+  PublishAll();
+  // Damage the shard holding m.w, in the bucket only.
+  ReaderOptions options;
+  auto local = Reader::Open(root_, options);
+  ASSERT_TRUE(local.ok());
+  const TensorInfo* w = (*local)->Find("m.w");
+  ASSERT_NE(w, nullptr);
+  const std::string key = absl::StrCat(StepPrefix("runs/a", 1), "/", w->shard);
+  std::string bytes = *store_->Get(key);
+  bytes[w->offset + 100] ^= 0x40;
+  ASSERT_TRUE(store_->Put(key, bytes, {}).ok());
+  auto remote = Reader::Open(url_, options);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  auto read = (*remote)->Read("m.w");
+  ASSERT_EQ(read.status().code(), absl::StatusCode::kDataLoss) << read.status();
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "m.w")) << read.status();
+  EXPECT_TRUE(absl::StrContains(read.status().message(), key)) << read.status();
+  EXPECT_FALSE((*remote)->Verify().ok());
+}
+
+TEST_F(ObjectTierTest, ObjectRootsRefuseWritesSayingWhatToDo) {
+  auto engine = Engine::Open(url_, EngineOptions{});
+  ASSERT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(engine.status().message(), "ckpt-retain")) << engine.status();
+  auto fs = FileSystemForRoot(url_);
+  ASSERT_TRUE(fs.ok());
+  OpenOptions write;
+  write.write = true;
+  write.create = true;
+  auto file = (*fs)->Open(url_ + "/x", write);
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(file.status().message(), "read-only")) << file.status();
+  EXPECT_EQ((*fs)->CreateDir(url_ + "/d").code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST_F(ObjectTierTest, HandUploadsAreNeverOverwrittenNorReclaimed) {
+  Save(1, 1);
+  const std::string hand = StepPrefix("runs/a", 1) + "/MANIFEST.json";
+  ASSERT_TRUE(store_->Put(hand, std::string("copied by hand"), {}).ok());
+  auto published = PublishCheckpoint(root_, 1, *store_, "runs/a", Small());
+  EXPECT_EQ(published.status().code(), absl::StatusCode::kAlreadyExists) << published.status();
+  auto reclaimed = ReclaimObjectOrphans(*store_, "runs/a");
+  ASSERT_TRUE(reclaimed.ok()) << reclaimed.status();
+  EXPECT_EQ(reclaimed->objects_deleted, 0u);
+  EXPECT_EQ(*store_->Get(hand), "copied by hand");
+}
+
+TEST_F(ObjectTierTest, ReclaimRemovesDeadJobsUploadsAndUnmarkedObjects) {
+  Save(2, 1);
+  PublishAll();
+  ASSERT_TRUE(store_->Delete(MarkerKey("runs/a", 2)).ok());  // as if the job died before it
+  auto id = store_->CreateMultipartUpload(StepPrefix("runs/a", 3) + "/x.shard", {});
+  ASSERT_TRUE(id.ok());
+  auto reclaimed = ReclaimObjectOrphans(*store_, "runs/a");
+  ASSERT_TRUE(reclaimed.ok()) << reclaimed.status();
+  EXPECT_EQ(reclaimed->uploads_aborted, 1u);
+  EXPECT_GT(reclaimed->objects_deleted, 0u);
+  EXPECT_TRUE(store_->List(StepPrefix("runs/a", 2) + "/", "")->objects.empty());
+  EXPECT_FALSE(store_->List(StepPrefix("runs/a", 1) + "/", "")->objects.empty());
+  EXPECT_TRUE(store_->ListMultipartUploads("")->empty());
+}
+
+TEST_F(ObjectTierTest, LeaseAdmitsOneJobAndIsTakenOverWhenExpired) {
+  auto first = ObjectLease::Acquire(store_, "runs/a", "job one", absl::Minutes(10));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = ObjectLease::Acquire(store_, "runs/a", "job two", absl::Minutes(10));
+  ASSERT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "job one")) << second.status();
+  first->reset();
+  auto third = ObjectLease::Acquire(store_, "runs/a", "job three", absl::Seconds(-1));
+  ASSERT_TRUE(third.ok()) << third.status();
+  auto fourth = ObjectLease::Acquire(store_, "runs/a", "job four", absl::Minutes(1));
+  ASSERT_TRUE(fourth.ok()) << "an expired lease is taken over: " << fourth.status();
+}
+
+TEST(CommitMarkerTest, RoundTripsAndRefusesDamage) {
+  CommitMarker m;
+  m.step = 12;
+  m.delta = true;
+  m.base_step = 10;
+  m.manifest_xxh3 = 0x1234;
+  m.files = {{"MANIFEST.json", 100, 7}, {"m.0.shard", 1 << 20, 9}};
+  const std::string text = SerializeCommitMarker(m);
+  auto back = ParseCommitMarker(text, "t");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->files.size(), 2u);
+  EXPECT_EQ(back->base_step, 10);
+  std::string flipped = text;
+  flipped[20] ^= 1;
+  EXPECT_EQ(ParseCommitMarker(flipped, "t").status().code(), absl::StatusCode::kDataLoss);
+  m.files[0].name = "../escape";
+  EXPECT_EQ(ParseCommitMarker(SerializeCommitMarker(m), "t").status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseCommitMarker("garbage", "t").status().code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace ckpt
