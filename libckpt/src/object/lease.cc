@@ -68,11 +68,19 @@ absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_pt
 
 ObjectLease::~ObjectLease() {
   // Only our own lease is removed (one taken over after it expired is not).
-  auto held = store_->Get(key_);
-  if (held.ok() && *held == body_) {
-    absl::Status s = store_->Delete(key_);
-    if (!s.ok()) Log(LogLevel::kWarning, absl::StrCat("releasing lease: ", s.message()));
+  // (Read twice before giving up: a body damaged on the way must not leave
+  // our lease behind for its whole duration.)
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto held = store_->Get(key_);
+    if (!held.ok() && absl::IsNotFound(held.status())) return;
+    if (held.ok() && *held == body_) {
+      absl::Status s = store_->Delete(key_);
+      if (!s.ok()) Log(LogLevel::kWarning, absl::StrCat("releasing lease: ", s.message()));
+      return;
+    }
   }
+  Log(LogLevel::kWarning, absl::StrCat("lease s3://", store_->bucket(), "/", key_,
+                                       " is not ours any more (or unreadable); left in place"));
 }
 
 absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(ObjectStore& store, absl::string_view prefix) {

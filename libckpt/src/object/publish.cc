@@ -234,8 +234,17 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
   PublishStats stats;
 
   // (1) Published before (by an interrupted run)?
-  CKPT_ASSIGN_OR_RETURN(std::optional<CommitMarker> existing, ReadCommitMarker(store, prefix, step));
+  auto read = ReadCommitMarker(store, prefix, step);
   ++stats.requests;
+  // A marker that fails its own checksum commits nothing (readers skip the
+  // step as damaged): it is replaced below, from the local copy.
+  const bool damaged_marker = absl::IsDataLoss(read.status());
+  if (!read.ok() && !damaged_marker) return read.status();
+  if (damaged_marker) {
+    Log(LogLevel::kWarning, absl::StrCat(read.status().message(), "; publishing step ", step,
+                                         " again over it"));
+  }
+  std::optional<CommitMarker> existing = read.ok() ? *read : std::nullopt;
   if (existing.has_value()) {
     if (!SameCheckpoint(*existing, hot)) {
       return absl::AlreadyExistsError(absl::StrCat(where, " is committed and holds another checkpoint"));
@@ -330,16 +339,40 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
   marker.uploaded_by = Identity();
   marker.uploaded_unix_ns = absl::ToUnixNanos(absl::Now());
   const std::string text = SerializeCommitMarker(marker);
-  auto put = store.Put(MarkerKey(prefix, step), text, {true, {}});
+  const std::string marker_key = MarkerKey(prefix, step);
+  auto put = store.Put(marker_key, text, {!damaged_marker, {}});
   if (!put.ok()) {
     if (!absl::IsAlreadyExists(put.status())) return put.status();
     // Someone's marker (or ours, its response lost): the same checkpoint?
-    CKPT_ASSIGN_OR_RETURN(std::optional<CommitMarker> there, ReadCommitMarker(store, prefix, step));
-    if (!there.has_value() || !SameCheckpoint(*there, hot)) {
+    auto there = ReadCommitMarker(store, prefix, step);
+    if (there.ok() && (!there->has_value() || !SameCheckpoint(**there, hot))) {
       return absl::AlreadyExistsError(absl::StrCat(where, " was committed meanwhile with another checkpoint"));
     }
+    if (!there.ok() && !absl::IsDataLoss(there.status())) return there.status();
   }
-  stats.requests += publisher.requests() + 1;
+  // The marker too is read back: a store that keeps a damaged body (one
+  // that checks no checksum) must not leave the step looking committed but
+  // unreadable. Ours, damaged, is written again; twice damaged is kDataLoss.
+  for (int attempt = 0;; ++attempt) {
+    auto back = store.Get(marker_key);
+    stats.requests += 2;
+    if (back.ok() && *back == text) break;
+    if (back.ok()) {
+      auto parsed = ParseCommitMarker(*back, marker_key);
+      if (parsed.ok() && SameCheckpoint(*parsed, hot)) break;  // ours, from a lost-response retry
+      if (parsed.ok()) {
+        return absl::AlreadyExistsError(absl::StrCat(where, " was committed meanwhile with another checkpoint"));
+      }
+    } else if (!absl::IsNotFound(back.status())) {
+      return back.status();
+    }
+    if (attempt == 1) {
+      return absl::DataLossError(absl::StrCat("s3://", store.bucket(), "/", marker_key,
+                                              " does not read back as written (twice)"));
+    }
+    CKPT_RETURN_IF_ERROR(store.Put(marker_key, text, {false, {}}).status());
+  }
+  stats.requests += publisher.requests();
   return stats;
 }
 
