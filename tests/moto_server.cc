@@ -29,7 +29,10 @@ MotoServer::~MotoServer() {
   }
 }
 
-absl::Status MotoServer::Start() {
+absl::Status MotoServer::Start() { return StartScript("s3_server.py", ""); }
+
+absl::Status MotoServer::StartScript(const std::string& script_name, const std::string& arg) {
+  const std::string script = std::string(CKPT_TESTS_DIR "/object_store/") + script_name;
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
     return absl::InternalError("pipe2 failed");
@@ -39,8 +42,11 @@ absl::Status MotoServer::Start() {
   if (pid_ == 0) {
     dup2(in[0], 0);
     dup2(out[1], 1);
-    const char* script = CKPT_TESTS_DIR "/object_store/s3_server.py";
-    execl(CKPT_TEST_PYTHON, CKPT_TEST_PYTHON, script, static_cast<char*>(nullptr));
+    if (arg.empty()) {
+      execl(CKPT_TEST_PYTHON, CKPT_TEST_PYTHON, script.c_str(), static_cast<char*>(nullptr));
+    } else {
+      execl(CKPT_TEST_PYTHON, CKPT_TEST_PYTHON, script.c_str(), arg.c_str(), static_cast<char*>(nullptr));
+    }
     _exit(127);
   }
   close(in[0]);

@@ -23,6 +23,10 @@ class MotoServer {
 
   // Starts the server; waits up to 60 s for it to listen.
   absl::Status Start();
+  // Starts tests/object_store/`script` with `arg` instead (the fault proxy).
+  absl::Status StartScript(const std::string& script, const std::string& arg);
+  // Sends one command line; returns the reply line (waits up to 30 s).
+  absl::StatusOr<std::string> Send(const std::string& line) { return Command(line, 30000); }
   // "http://127.0.0.1:PORT".
   const std::string& endpoint() const { return endpoint_; }
   // Creates bucket `name` (waits up to 30 s).
@@ -41,6 +45,13 @@ class MotoServer {
   int from_child_ = -1;
   std::string pending_;
   std::string endpoint_;
+};
+
+// The fault proxy (tests/object_store/fault_proxy.py) in front of `upstream`:
+//   proxy.Send("fault reset 1 GET")
+class FaultProxy : public MotoServer {
+ public:
+  absl::Status Start(const std::string& upstream) { return StartScript("fault_proxy.py", upstream); }
 };
 
 // One server for a whole test binary, started on first use.

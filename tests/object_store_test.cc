@@ -1,5 +1,6 @@
 // The S3 client: SigV4 against AWS's published examples, CRC32C, XML,
 // configuration, and every ObjectStore call against moto's S3 server.
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -281,6 +282,94 @@ TEST_F(S3StoreTest, ConnectionRefusedIsRetriedThenUnavailable) {
   auto got = (*store)->Get("x");
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StrContains(got.status().message(), "gave up after 3 attempts")) << got.status();
+}
+
+
+// On the wire: tests/object_store/fault_proxy.py between the client and moto.
+class WireFaultTest : public S3StoreTest {
+ protected:
+  void SetUp() override {
+    S3StoreTest::SetUp();
+    absl::Status started = proxy_.Start(ckpt::testing::SharedMotoServer().endpoint());
+    ASSERT_TRUE(started.ok()) << started;
+    ObjectStoreOptions options = ckpt::testing::SharedMotoServer().Options();
+    options.endpoint = proxy_.endpoint();
+    options.low_speed_bytes = 1000;
+    options.low_speed_seconds = 1;  // a stall is aborted after 1 s
+    options.max_attempts = 4;
+    auto store = OpenObjectStore("s3://" + bucket_, options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    proxied_ = *store;
+    data_.resize(300000);
+    for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<char>(i * 13 + i / 7);
+    ASSERT_TRUE(store_->Put("obj", data_, {}).ok());
+  }
+  void Fault(const std::string& rule) {
+    auto reply = proxy_.Send("fault " + rule);
+    ASSERT_TRUE(reply.ok() && *reply == "ok") << rule;
+  }
+  int Requests() {
+    auto reply = proxy_.Send("count");
+    return reply.ok() ? std::atoi(reply->c_str()) : -1;
+  }
+  std::string ReadAll() {
+    std::string out(data_.size(), '\0');
+    auto n = proxied_->GetRange("obj", 0, std::span<char>(out));
+    EXPECT_TRUE(n.ok()) << n.status();
+    if (n.ok()) EXPECT_EQ(*n, data_.size());
+    return out;
+  }
+  ckpt::testing::FaultProxy proxy_;
+  std::shared_ptr<ObjectStore> proxied_;
+  std::string data_;
+};
+
+TEST_F(WireFaultTest, ResetMidBodyIsRetried) {
+  Fault("reset 2 GET");
+  EXPECT_EQ(ReadAll(), data_);
+  EXPECT_EQ(Requests(), 3);
+}
+
+TEST_F(WireFaultTest, TruncatedBodyIsRetriedNeverTakenAsTheEnd) {
+  Fault("truncate 1 GET");
+  EXPECT_EQ(ReadAll(), data_);
+  Fault("truncate 1 GET");
+  auto whole = proxied_->Get("obj");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(*whole, data_);
+}
+
+TEST_F(WireFaultTest, StalledTransferIsAbortedAndRetried) {
+  Fault("stall 1 GET");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ReadAll(), data_);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(WireFaultTest, SlowDownStormBacksOffThenSucceeds) {
+  Fault("503 3 PUT");
+  ASSERT_TRUE(proxied_->Put("after-storm", std::string("x"), {}).ok());
+  EXPECT_EQ(Requests(), 4);
+  Fault("503 100");
+  auto refused = proxied_->Put("never", std::string("x"), {});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "SlowDown")) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "gave up after 4")) << refused.status();
+}
+
+TEST_F(WireFaultTest, ErrorBodyAfter200OnCompleteIsRetried) {
+  auto id = proxied_->CreateMultipartUpload("mp", {});
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<UploadedPart> parts;
+  for (int n = 1; n <= 2; ++n) {
+    auto part = proxied_->UploadPart("mp", *id, n, std::span<const char>(data_).subspan(0, 1000));
+    ASSERT_TRUE(part.ok()) << part.status();
+    parts.push_back(*part);
+  }
+  Fault("error200 1 POST");
+  auto done = proxied_->CompleteMultipartUpload("mp", *id, parts, false);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(store_->Head("mp")->size, 2000u);
 }
 
 }  // namespace
