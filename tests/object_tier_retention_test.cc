@@ -189,6 +189,30 @@ TEST_F(TieringTest, SecondJobOnThePrefixExitsWithAClearMessage) {
   EXPECT_EQ(*ListSteps(cold), (std::vector<int64_t>{1, 2}));
 }
 
+TEST_F(TieringTest, UploadFlagsOfTheCommandLine) {
+  const std::string cold = absl::StrCat("s3://", bucket_, "/flags");
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> words = {"ckpt-retain", "--root", root_, "--keep-last", "1",
+                                      "--cold-dir", cold};
+    words.insert(words.end(), extra.begin(), extra.end());
+    std::vector<const char*> argv;
+    for (const std::string& w : words) argv.push_back(w.c_str());
+    std::ostringstream out, err;
+    const int code = tools::RetainMain(static_cast<int>(argv.size()), argv.data(), out, err);
+    return std::make_pair(code, err.str());
+  };
+  auto small = run({"--upload-part-size", "4096"});
+  EXPECT_EQ(small.first, 2);
+  EXPECT_TRUE(absl::StrContains(small.second, "--upload-part-size")) << small.second;
+  EXPECT_EQ(run({"--upload-streams", "0"}).first, 2);
+  EXPECT_EQ(*ListSteps(root_), (std::vector<int64_t>{1, 2, 3, 4}));
+  auto ok = run({"--upload-streams", "2", "--upload-part-size", "5242880", "--max-upload-rate",
+                 "100000000"});
+  EXPECT_EQ(ok.first, 0) << ok.second;
+  EXPECT_EQ(*ListSteps(cold), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(Restored(cold, 2), expected_[2]);
+}
+
 // After a faulted run: no committed step lost (local, or marked in the
 // bucket and restoring as saved), no marker whose objects differ from it;
 // after a clean rerun: the intended end state, no multipart upload left.

@@ -81,7 +81,7 @@ FlagSet MakeFlagSet(RetainFlags* flags) {
           "s3:// cold tier: requests in flight at once (default 8).");
   set.Add("upload-part-size", "BYTES", &policy.upload_part_bytes,
           "s3:// cold tier: multipart part size and read-back GET size (default 16777216).");
-  set.Add("max-upload-rate", "BYTES_PER_S", &policy.max_upload_bytes_per_second,
+  set.Add("max-upload-rate", "BYTES", &policy.max_upload_bytes_per_second,
           "s3:// cold tier: the most each upload stream sends per second, to spare the "
           "training job's network (default 0: unlimited).");
   set.Add("stale-temp-age", "D", &policy.stale_temp_age,
