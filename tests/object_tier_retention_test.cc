@@ -13,6 +13,7 @@
 #include "ckpt/object_store.h"
 #include "ckpt/object_tier.h"
 #include "ckpt/reader.h"
+#include "distributed_ranks.h"
 #include "gtest/gtest.h"
 #include "moto_server.h"
 #include "retain/cli.h"
@@ -211,6 +212,58 @@ TEST_F(TieringTest, UploadFlagsOfTheCommandLine) {
   EXPECT_EQ(ok.first, 0) << ok.second;
   EXPECT_EQ(*ListSteps(cold), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(Restored(cold, 2), expected_[2]);
+}
+
+// Multi-rank checkpoints (one unit, two ranks' parts) tier and restore per
+// rank from the bucket exactly as saved; so do zstd-compressed full saves.
+TEST_F(TieringTest, MultiRankChainsAndCompressedSavesRestoreFromTheBucket) {
+  ScratchDir d;
+  const std::string root = d.Join("ranks");
+  EngineOptions options = testing::SmallChunks();
+  options.delta.mode = DeltaOptions::Mode::kExact;
+  options.delta.base = DeltaOptions::Base::kChained;
+  options.delta.max_restore_read_factor = 0;
+  options.delta.full_every = 3;  // full: 1, 4; deltas: 2, 3, 5, 6
+  std::map<int64_t, std::vector<std::vector<OwnedTensor>>> saved;
+  {
+    testing::Ranks ranks(root, 2, options, absl::Seconds(20));
+    std::vector<std::vector<OwnedTensor>> states = {testing::RankState(0, 11),
+                                                    testing::RankState(1, 11)};
+    for (int64_t step = 1; step <= 6; ++step) {
+      for (int r = 0; r < 2; ++r) testing::Step(states[r], r, step);
+      std::vector<absl::Status> outcome = ranks.Save({step, step}, states);
+      for (int r = 0; r < 2; ++r) ASSERT_TRUE(outcome[r].ok()) << outcome[r];
+      saved[step] = states;
+    }
+    ranks.CloseAll();
+  }
+  RetentionPolicy policy = Policy("ranks", Store());
+  auto actions = RunRetention(root, policy);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  for (const RetentionAction& a : *actions) EXPECT_TRUE(a.error.empty()) << a.name << ": " << a.error;
+  const std::string url = absl::StrCat("s3://", bucket_, "/ranks");
+  auto cold = ListSteps(url);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  EXPECT_EQ(*cold, (std::vector<int64_t>{1, 2, 3}));
+  for (int64_t step : *cold) {
+    for (int r = 0; r < 2; ++r) testing::ExpectRankPart(url, step, r, 2, saved[step][r]);
+  }
+
+  const std::string zroot = d.Join("zstd");
+  EngineOptions z = testing::SmallChunks();
+  z.compression.codec = CompressionCodec::kPlanes;  // float-compressed (byte planes)
+  z.compression.adaptive = false;
+  std::vector<OwnedTensor> state = {RandomTensor("a", DType::kFloat32, {20000}, 5)};
+  for (size_t i = 0; i < state[0].bytes.size(); i += 2) state[0].bytes[i] = 0;  // compressible
+  {
+    auto engine = Engine::Open(zroot, z);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
+    ASSERT_TRUE((*engine)->Save(2, Views(state)).ok());
+  }
+  const auto want = Restored(zroot, 1);
+  ASSERT_TRUE(RunRetention(zroot, Policy("zstd", Store())).ok());
+  EXPECT_EQ(Restored(absl::StrCat("s3://", bucket_, "/zstd"), 1), want);
 }
 
 // After a faulted run: no committed step lost (local, or marked in the
