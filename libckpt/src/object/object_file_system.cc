@@ -6,6 +6,8 @@
 // each landing its bytes straight in the reader's buffer.
 #include <cerrno>
 #include <condition_variable>
+#include <cstring>
+#include <list>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -33,15 +35,75 @@ absl::Status ReadOnly(absl::string_view path, absl::string_view what) {
       "`ckpt-retain --root DIR --cold-dir s3://BUCKET/PREFIX`"));
 }
 
+// Small reads (many small tensors, manifests) would each cost a request
+// (on S3 a round trip of tens of ms): they are served from windows of
+// `kWindowBytes` fetched once, the last `kWindows` kept (LRU) for the whole
+// file system. Large reads go straight to the caller's buffer.
+class WindowCache {
+ public:
+  static constexpr uint64_t kWindowBytes = uint64_t{4} << 20;
+  static constexpr uint64_t kSmallRead = uint64_t{512} << 10;
+  static constexpr size_t kWindows = 8;
+
+  // The window of `key` (of `size` bytes) holding `offset`, fetched if missing.
+  absl::StatusOr<std::shared_ptr<const std::string>> Get(ObjectStore& store, const std::string& key,
+                                                         uint64_t size, uint64_t offset) {
+    const uint64_t start = AlignDown(offset, kWindowBytes);
+    const std::string id = absl::StrCat(key, "@", start);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = windows_.begin(); it != windows_.end(); ++it) {
+        if (it->first == id) {
+          auto hit = it->second;
+          windows_.splice(windows_.begin(), windows_, it);
+          return hit;
+        }
+      }
+    }
+    auto bytes = std::make_shared<std::string>(std::min(kWindowBytes, size - start), '\0');
+    size_t done = 0;
+    while (done < bytes->size()) {
+      CKPT_ASSIGN_OR_RETURN(size_t n, store.GetRange(key, start + done,
+                                                     std::span<char>(*bytes).subspan(done)));
+      if (n == 0) break;
+      done += n;
+    }
+    bytes->resize(done);
+    std::lock_guard<std::mutex> lock(mu_);
+    windows_.emplace_front(id, bytes);
+    if (windows_.size() > kWindows) windows_.pop_back();
+    return std::shared_ptr<const std::string>(bytes);
+  }
+
+ private:
+  std::mutex mu_;
+  std::list<std::pair<std::string, std::shared_ptr<const std::string>>> windows_;  // GUARDED_BY(mu_)
+};
+
 class ObjectFile final : public File {
  public:
-  ObjectFile(std::shared_ptr<ObjectStore> store, std::string path, std::string key, uint64_t size)
-      : store_(std::move(store)), path_(std::move(path)), key_(std::move(key)), size_(size) {}
+  ObjectFile(std::shared_ptr<ObjectStore> store, std::shared_ptr<WindowCache> cache, std::string path,
+             std::string key, uint64_t size)
+      : store_(std::move(store)), cache_(std::move(cache)), path_(std::move(path)),
+        key_(std::move(key)), size_(size) {}
   const std::string& path() const override { return path_; }
   bool direct() const override { return false; }
   absl::StatusOr<size_t> ReadAt(uint64_t offset, std::span<char> out) override {
     if (offset >= size_) return 0;
     out = out.subspan(0, std::min<uint64_t>(out.size(), size_ - offset));
+    if (out.size() <= WindowCache::kSmallRead &&
+        AlignDown(offset, WindowCache::kWindowBytes) ==
+            AlignDown(offset + out.size() - 1, WindowCache::kWindowBytes)) {
+      CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> w,
+                            cache_->Get(*store_, key_, size_, offset));
+      const uint64_t at = offset - AlignDown(offset, WindowCache::kWindowBytes);
+      if (at + out.size() > w->size()) {
+        return absl::DataLossError(absl::StrCat(path_, ": object ends before ", offset + out.size(),
+                                                " bytes, its commit marker says ", size_));
+      }
+      std::memcpy(out.data(), w->data() + at, out.size());
+      return out.size();
+    }
     size_t done = 0;
     while (done < out.size()) {
       CKPT_ASSIGN_OR_RETURN(size_t n, store_->GetRange(key_, offset + done, out.subspan(done)));
@@ -62,6 +124,7 @@ class ObjectFile final : public File {
 
  private:
   std::shared_ptr<ObjectStore> store_;
+  std::shared_ptr<WindowCache> cache_;
   const std::string path_, key_;
   const uint64_t size_;
 };
@@ -165,7 +228,7 @@ class ObjectFs final : public FileSystem {
       return absl::FailedPreconditionError(absl::StrCat(path, " is a directory, not a file"));
     }
     CKPT_ASSIGN_OR_RETURN(std::string key, KeyOf(path));
-    return std::unique_ptr<File>(new ObjectFile(store_, path, key, st.size));
+    return std::unique_ptr<File>(new ObjectFile(store_, cache_, path, key, st.size));
   }
   absl::Status CreateDir(const std::string& path) override { return ReadOnly(path, "create"); }
   absl::Status RemoveFile(const std::string& path) override { return ReadOnly(path, "remove"); }
@@ -285,6 +348,7 @@ class ObjectFs final : public FileSystem {
   }
 
   std::shared_ptr<ObjectStore> store_;
+  std::shared_ptr<WindowCache> cache_ = std::make_shared<WindowCache>();
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<const CommitMarker>> markers_;  // GUARDED_BY(mu_)
 };
