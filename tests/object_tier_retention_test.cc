@@ -266,6 +266,43 @@ TEST_F(TieringTest, MultiRankChainsAndCompressedSavesRestoreFromTheBucket) {
   EXPECT_EQ(Restored(absl::StrCat("s3://", bucket_, "/zstd"), 1), want);
 }
 
+// Retention on the bucket itself: the rules over its committed steps, chains
+// whole, marker first, nothing put there by hand removed.
+TEST_F(TieringTest, RetentionOnTheBucketKeepsChainsAndHandUploads) {
+  auto store = Store();
+  ASSERT_TRUE(RunRetention(root_, Policy("cold", store)).ok());  // bucket: 1 (full), 2 (delta of 1)
+  const std::string url = absl::StrCat("s3://", bucket_, "/cold");
+  RetentionPolicy on_bucket;
+  on_bucket.keep_last = 1;
+  on_bucket.cold_store = store;
+  auto kept = RunRetention(url, on_bucket);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(*ListSteps(url), (std::vector<int64_t>{1, 2}));  // 2 needs its base
+
+  ScratchDir d;
+  const std::string full_root = d.Join("full");
+  WriteSteps(full_root, 1);  // every step full
+  const auto want3 = Restored(full_root, 3);
+  ASSERT_TRUE(RunRetention(full_root, Policy("full", store)).ok());
+  const std::string full_url = absl::StrCat("s3://", bucket_, "/full");
+  ASSERT_EQ(*ListSteps(full_url), (std::vector<int64_t>{1, 2, 3}));
+  const std::string hand = StepPrefix("full", 1) + "/NOTES.txt";
+  ASSERT_TRUE(store->Put(hand, std::string("mine"), {}).ok());
+  on_bucket.dry_run = true;
+  ASSERT_TRUE(RunRetention(full_url, on_bucket).ok());
+  EXPECT_EQ(*ListSteps(full_url), (std::vector<int64_t>{1, 2, 3}));
+  on_bucket.dry_run = false;
+  auto pruned = RunRetention(full_url, on_bucket);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  for (const RetentionAction& a : *pruned) EXPECT_TRUE(a.error.empty()) << a.name << ": " << a.error;
+  EXPECT_EQ(*ListSteps(full_url), (std::vector<int64_t>{3}));
+  EXPECT_EQ(Restored(full_url, 3), want3);
+  EXPECT_EQ(*store->Get(hand), "mine");
+  auto left = store->List(StepPrefix("full", 2) + "/", "");
+  EXPECT_TRUE(left->objects.empty());
+  EXPECT_EQ(store->Head("full/.ckpt-retain.lease").status().code(), absl::StatusCode::kNotFound);
+}
+
 // After a faulted run: no committed step lost (local, or marked in the
 // bucket and restoring as saved), no marker whose objects differ from it;
 // after a clean rerun: the intended end state, no multipart upload left.

@@ -65,7 +65,9 @@ struct RetainFlags {
 FlagSet MakeFlagSet(RetainFlags* flags) {
   RetentionPolicy& policy = flags->policy;
   FlagSet set;
-  set.Add("root", "DIR", &flags->root, "Checkpoint root directory (required).");
+  set.Add("root", "DIR", &flags->root,
+          "Checkpoint root directory (required), or an s3://BUCKET/PREFIX the s3:// cold tier "
+          "filled: the same rules over the steps committed there, without compaction.");
   set.Add("keep-last", "N", &policy.keep_last, "Keep the newest N checkpoints.");
   set.Add("keep-every", "K", &policy.keep_every,
           "Keep every checkpoint whose step is a multiple of K.");

@@ -326,6 +326,106 @@ void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
   }
 }
 
+// Retention on a bucket prefix (`--root s3://...`): the same rules over the
+// steps committed there, no compaction (a bucket rewrites nothing), under the
+// prefix's lease. A step goes newest first, marker first -- it is then
+// invisible, like a `.trash-` directory -- then the objects its marker lists
+// (nothing else: an object put there by other means stays). A run that dies
+// in between leaves unmarked ckpt objects, reclaimed by the next run.
+absl::StatusOr<std::vector<RetentionAction>> RunBucketRetention(const std::string& root,
+                                                                const RetentionPolicy& given) {
+  using Kind = RetentionAction::Kind;
+  if (!given.cold_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--cold-dir with an s3:// --root: a bucket is the last tier here (not supported)");
+  }
+  auto url = ParseObjectUrl(root);
+  if (!url.ok()) return url.status();
+  std::shared_ptr<ObjectStore> store = given.cold_store;
+  if (store == nullptr) {
+    auto opened = OpenObjectStore(root, {});
+    if (!opened.ok()) return opened.status();
+    store = *opened;
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  auto lease = ObjectLease::Acquire(store, url->prefix,
+                                    absl::StrCat("ckpt-retain pid ", getpid(), " on ", host), given.lease_duration);
+  if (!lease.ok()) return lease.status();
+  std::vector<RetentionAction> stale;
+  if (!given.dry_run) {
+    auto reclaimed = ReclaimObjectOrphans(*store, url->prefix);
+    if (!reclaimed.ok()) return reclaimed.status();
+    if (reclaimed->uploads_aborted + reclaimed->objects_deleted > 0) {
+      stale.push_back({Kind::kRemoveStale, root, -1,
+                       absl::StrCat(reclaimed->uploads_aborted, " multipart uploads aborted, ",
+                                    reclaimed->objects_deleted, " unmarked objects deleted"),
+                       true, "", 0});
+    }
+  }
+  auto fs = ObjectFileSystem(store);
+  if (!fs.ok()) return fs.status();
+  auto listed = ListCheckpoints(root, *fs);
+  if (!listed.ok()) return listed.status();
+  for (const CheckpointSummary& c : *listed) {
+    const absl::StatusCode code = c.manifest_status.code();
+    if (!c.manifest_status.ok() && code != absl::StatusCode::kDataLoss &&
+        code != absl::StatusCode::kNotFound) {
+      return absl::Status(code, absl::StrCat("cannot read the manifest of step ", c.step,
+                                             ", so nothing is changed: ", c.manifest_status.message()));
+    }
+  }
+  RetentionPolicy policy = given;
+  policy.compact = false;
+  RetentionPlan plan(*listed, std::nullopt, policy, absl::Now());
+  std::map<int64_t, RetentionAction> actions;
+  std::map<int64_t, int64_t> base_of;
+  std::vector<int64_t> leaving;
+  for (const auto& [step, planned] : plan.steps()) {
+    actions[step] = {planned.kind, StepDirName(step), step, planned.reason,
+                     planned.kind == Kind::kKeep, ""};
+    const CheckpointSummary* summary = plan.Find(step);
+    if (summary != nullptr && summary->manifest_status.ok() && summary->kind == CheckpointKind::kDelta) {
+      base_of[step] = summary->base_step;
+    }
+    if (planned.kind == Kind::kDelete) leaving.push_back(step);
+  }
+  if (!policy.dry_run) {
+    std::reverse(leaving.begin(), leaving.end());  // dependants before their bases
+    std::set<int64_t> removed;
+    for (int64_t step : leaving) {
+      RetentionAction& a = actions[step];
+      for (const auto& [dependant, base] : base_of) {
+        if (base == step && removed.count(dependant) == 0 && actions[dependant].kind != Kind::kKeep) {
+          a.error = absl::StrCat("not removed: delta step ", dependant, " is based on it (it failed to go)");
+        }
+      }
+      if (!a.error.empty()) continue;
+      absl::Status s = [&]() -> absl::Status {
+        auto marker = ReadCommitMarker(*store, url->prefix, step);
+        if (!marker.ok()) return marker.status();
+        if (!marker->has_value()) return absl::OkStatus();  // gone meanwhile
+        if (absl::Status d = store->Delete(MarkerKey(url->prefix, step)); !d.ok()) return d;
+        for (const CommitMarker::File& f : (*marker)->files) {
+          absl::Status d = store->Delete(absl::StrCat(StepPrefix(url->prefix, step), "/", f.name));
+          if (!d.ok()) return d;  // unmarked now: the next run reclaims the rest
+        }
+        return absl::OkStatus();
+      }();
+      a.done = s.ok();
+      if (s.ok()) {
+        removed.insert(step);
+      } else {
+        a.error = std::string(s.message());
+      }
+    }
+  }
+  std::vector<RetentionAction> result;
+  for (auto& [step, a] : actions) result.push_back(std::move(a));
+  for (RetentionAction& a : stale) result.push_back(std::move(a));
+  return result;
+}
+
 }  // namespace
 
 const char* ActionName(RetentionAction::Kind kind) {
@@ -343,6 +443,7 @@ const char* ActionName(RetentionAction::Kind kind) {
 
 absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& root,
                                                           const RetentionPolicy& policy) {
+  if (IsObjectUrl(root)) return RunBucketRetention(root, policy);
   const std::shared_ptr<FileSystem> fs = policy.fs != nullptr ? policy.fs : PosixFileSystem();
   // OK if `path` is a directory; kNotFound naming `what` if it is not (or is
   // missing); the file system's error otherwise.

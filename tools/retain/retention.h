@@ -27,7 +27,8 @@ struct RetentionPolicy {
   // An s3:// `cold_dir`: requests in flight, part size of multipart uploads
   // (and of read-back GETs), bytes per second each upload stream may send
   // (0: unlimited), how long the lease is taken for, and the store to use
-  // (null: `ckpt::OpenObjectStore(cold_dir, {})`; tests inject faults here).
+  // (null: `ckpt::OpenObjectStore(cold_dir, {})`; tests inject faults here;
+  // with an s3:// root, the root's store).
   int upload_streams = 8;
   uint64_t upload_part_bytes = uint64_t{16} << 20;
   int64_t max_upload_bytes_per_second = 0;
@@ -96,6 +97,10 @@ const char* ActionName(RetentionAction::Kind kind);
 // `cold_dir`), complete and verified before the hot copy is removed; a cold
 // copy left complete by an interrupted run is recognised. Errors keep their
 // file-system meaning: a full cold tier is kResourceExhausted.
+// An s3:// `root` (a bucket prefix the tier fills) gets the same rules over
+// its committed steps, without compaction and without a cold tier, under the
+// prefix's lease: each step that goes loses its commit marker first, then
+// the objects the marker lists (docs/object-storage.md).
 absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& root,
                                                           const RetentionPolicy& policy);
 
