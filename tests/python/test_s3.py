@@ -107,3 +107,35 @@ def test_saving_to_a_bucket_is_refused_saying_what_to_do(bucket_url):
     with pytest.raises(Exception, match="ckpt-retain"):
         with ckpt.Checkpointer(bucket_url) as cp:
             cp.save_async(1, {"w": torch.zeros(3)})
+
+
+def test_upload_behind_the_save_reports_each_step_durable_in_the_bucket(root, bucket_url):
+    states = {}
+    with ckpt.Checkpointer(root, delta="exact", full_every=2, tier=bucket_url) as cp:
+        responses = []
+        for s in (1, 2, 3):
+            states[s] = {"w": torch.randn(4000, generator=torch.Generator().manual_seed(s)), "step": s}
+            responses.append(cp.save_async(s, states[s]))
+        for r in responses:
+            done = r.tier_completion.result(timeout=120)
+            assert done["durable_in_bucket"] and done["files"] >= 2, done
+        assert cp.wait_tier(timeout=120)
+        assert {s: v["state"] for s, v in cp.tier_status().items()} == {1: "durable", 2: "durable",
+                                                                         3: "durable"}
+    assert ckpt.list_steps(bucket_url) == [1, 2, 3]
+    assert ckpt.list_steps(root) == [1, 2, 3]  # the local copies stay
+    for s in (1, 2, 3):
+        assert torch.equal(ckpt.load(bucket_url, step=s)["w"], states[s]["w"])
+
+
+def test_close_uploads_what_was_committed(root, bucket_url):
+    with ckpt.Checkpointer(root, tier=bucket_url) as cp:
+        cp.save_async(7, {"w": torch.ones(10)})
+    assert ckpt.list_steps(bucket_url) == [7]
+
+
+def test_tier_arguments_are_checked(root):
+    with pytest.raises(ValueError, match="s3://"):
+        ckpt.Checkpointer(root, tier="/not/a/bucket")
+    with pytest.raises(ValueError, match="tier_part_bytes"):
+        ckpt.Checkpointer(root, tier="s3://b/p", tier_part_bytes=1024)
