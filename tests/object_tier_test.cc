@@ -1,6 +1,9 @@
 // The object tier against moto: publishing under the commit protocol, and
 // restoring straight from the bucket, bit-identical to the local restore.
+#include <unistd.h>
+
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -248,6 +251,50 @@ TEST_F(ObjectTierTest, LeaseAdmitsOneJobAndIsTakenOverWhenExpired) {
   ASSERT_TRUE(third.ok()) << third.status();
   auto fourth = ObjectLease::Acquire(store_, "runs/a", "job four", absl::Minutes(1));
   ASSERT_TRUE(fourth.ok()) << "an expired lease is taken over: " << fourth.status();
+}
+
+// Opt-in: against a real bucket (AWS, MinIO, Ceph, R2, GCS XML) when
+// CKPT_TEST_S3_URL=s3://bucket/prefix is set, with credentials and endpoint
+// from the usual AWS_* variables. Publishes two steps under a fresh
+// sub-prefix, restores them, then deletes what it wrote.
+TEST(RealBucketSmokeTest, PublishRestoreAndCleanUp) {
+  const char* base = getenv("CKPT_TEST_S3_URL");
+  if (base == nullptr || *base == '\0') {
+    GTEST_SKIP() << "opt-in: set CKPT_TEST_S3_URL=s3://bucket/prefix to run against a real bucket";
+  }
+  auto url = ParseObjectUrl(base);
+  ASSERT_TRUE(url.ok()) << url.status();
+  auto store = OpenObjectStore(base, {});
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string prefix = absl::StrCat(url->prefix.empty() ? "" : url->prefix + "/", "ckpt-smoke-",
+                                          getpid(), "-", time(nullptr));
+  const std::string root_url = absl::StrCat("s3://", url->bucket, "/", prefix);
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  std::vector<OwnedTensor> state = {RandomTensor("m.w", DType::kFloat32, {1 << 20}, 1)};
+  {
+    auto engine = Engine::Open(root, Chained(10));
+    ASSERT_TRUE(engine.ok());
+    ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
+    state[0].bytes[7] ^= 1;
+    ASSERT_TRUE((*engine)->Save(2, Views(state)).ok());
+  }
+  PublishOptions options;
+  options.part_bytes = 5 << 20;  // S3's smallest part: the 4 MiB shard goes whole, ...
+  for (int64_t step : {1, 2}) {
+    auto published = PublishCheckpoint(root, step, **store, prefix, options);
+    EXPECT_TRUE(published.ok()) << published.status();
+  }
+  ReaderOptions at2;
+  at2.step = 2;
+  auto remote = Reader::Open(root_url, at2);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  auto w = (*remote)->Read("m.w");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(testing::SameBytes(w->data(), state[0].bytes.data(), state[0].bytes.size()));
+  auto all = (*store)->List(prefix + "/", "");
+  ASSERT_TRUE(all.ok());
+  for (const ObjectInfo& o : all->objects) EXPECT_TRUE((*store)->Delete(o.key).ok()) << o.key;
 }
 
 TEST(CommitMarkerTest, RoundTripsAndRefusesDamage) {
