@@ -20,8 +20,11 @@ Each item runs --reps times; medians. Prints one JSON line:
    "restore_over_boto3": ..., "step_slowdown_during_upload": null, ...}
 (>1: ckpt moves the bytes faster than boto3). moto is a Python server and is
 the bottleneck for both; against a real bucket (CKPT_BENCH_S3_URL, not run
-here) the ratios would differ. `step_slowdown_during_upload` is null: upload
-behind the save does not exist yet.
+here) the ratios would differ. `step_slowdown_during_upload`: the median time of a CPU
+training step (matmuls) while a Checkpointer with tier= uploads each save
+behind it (2 streams, 64 MiB/s each at most), over the same without a tier.
+On this machine moto runs on the same cores, so the figure includes the
+server's CPU, which a remote bucket would not cost.
 """
 import argparse
 import io
@@ -40,6 +43,42 @@ REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))
 
 def log(*args):
     print("object_tier_bench:", *args, file=sys.stderr, flush=True)
+
+
+def step_slowdown(a, server, state, ckpt, torch):
+    """A CPU training step (matmuls) timed while saving every 5 steps: once
+    with a plain Checkpointer, once with tier= uploading each save behind it
+    (rate capped). Returns the median step times and their ratio."""
+    x = torch.randn(384, 384)
+
+    def train(root, **tier):
+        times = []
+        with ckpt.Checkpointer(root, **tier) as cp:
+            for step in range(1, 31):
+                t = time.perf_counter()
+                y = x
+                for _ in range(8):
+                    y = torch.tanh(y @ x)
+                times.append(time.perf_counter() - t)
+                if step % 5 == 0:
+                    cp.save_async(step, state)
+            if tier:
+                cp.wait_tier(timeout=600)
+        return statistics.median(times[5:])
+
+    bucket = f"bench-{uuid.uuid4().hex[:10]}"
+    server.stdin.write(f"bucket {bucket}\n")
+    server.stdin.flush()
+    assert server.stdout.readline().strip() == "ok"
+    rate = 64 << 20
+    base = train(os.path.join(a.dir, "train-plain"))
+    tier = train(os.path.join(a.dir, "train-tier"), tier=f"s3://{bucket}/train", tier_streams=2,
+                 tier_max_upload_rate=rate)
+    if not a.keep:
+        shutil.rmtree(os.path.join(a.dir, "train-plain"), ignore_errors=True)
+        shutil.rmtree(os.path.join(a.dir, "train-tier"), ignore_errors=True)
+    return {"base": round(base, 5), "tier": round(tier, 5), "ratio": round(tier / base, 3),
+            "rate": rate}
 
 
 def main():
@@ -111,12 +150,15 @@ def main():
             assert torch.equal(loaded["layer0.w"], state["layer0.w"])
             if not a.keep:
                 shutil.rmtree(root, ignore_errors=True)
+        slowdown = step_slowdown(a, server, state, ckpt, torch)
         med = {k: statistics.median(v) for k, v in times.items()}
         print(json.dumps({
             "bench": "object_tier", "server": "moto (loopback)", "bytes": total, "reps": a.reps,
             "upload_over_boto3": round(med["boto3_upload"] / med["ckpt_upload"], 3),
             "restore_over_boto3": round(med["boto3_restore"] / med["ckpt_restore"], 3),
-            "step_slowdown_during_upload": None,
+            "step_slowdown_during_upload": slowdown["ratio"],
+            "step_s_no_tier": slowdown["base"], "step_s_with_tier": slowdown["tier"],
+            "tier_max_upload_rate": slowdown["rate"],
             "ckpt_upload_mb_s": round(total / 2**20 / med["ckpt_upload"], 1),
             "boto3_upload_mb_s": round(total / 2**20 / med["boto3_upload"], 1),
             "ckpt_restore_mb_s": round(total / 2**20 / med["ckpt_restore"], 1),
