@@ -9,6 +9,7 @@
 #include <cstring>
 #include <list>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -45,11 +46,15 @@ class WindowCache {
   static constexpr uint64_t kSmallRead = uint64_t{512} << 10;
   static constexpr size_t kWindows = 8;
 
-  // The window of `key` (of `size` bytes) holding `offset`, fetched if missing.
+  // The window of `key` (of `size` bytes) holding `offset`, fetched if
+  // missing -- once: readers of a window being fetched wait for that fetch
+  // (many small records of one shard are read at once).
   absl::StatusOr<std::shared_ptr<const std::string>> Get(ObjectStore& store, const std::string& key,
                                                          uint64_t size, uint64_t offset) {
     const uint64_t start = AlignDown(offset, kWindowBytes);
     const std::string id = absl::StrCat(key, "@", start);
+    std::shared_future<Fetched> pending;
+    std::promise<Fetched> mine;
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto it = windows_.begin(); it != windows_.end(); ++it) {
@@ -59,7 +64,29 @@ class WindowCache {
           return hit;
         }
       }
+      auto it = fetching_.find(id);
+      if (it != fetching_.end()) {
+        pending = it->second;
+      } else {
+        fetching_[id] = mine.get_future().share();
+      }
     }
+    if (pending.valid()) return pending.get();  // another reader fetches it
+    Fetched fetched = Fetch(store, key, size, start);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fetched.ok()) {
+      windows_.emplace_front(id, *fetched);
+      if (windows_.size() > kWindows) windows_.pop_back();
+    }
+    fetching_.erase(id);
+    mine.set_value(fetched);
+    return fetched;
+  }
+
+ private:
+  using Fetched = absl::StatusOr<std::shared_ptr<const std::string>>;
+
+  static Fetched Fetch(ObjectStore& store, const std::string& key, uint64_t size, uint64_t start) {
     auto bytes = std::make_shared<std::string>(std::min(kWindowBytes, size - start), '\0');
     size_t done = 0;
     while (done < bytes->size()) {
@@ -69,15 +96,12 @@ class WindowCache {
       done += n;
     }
     bytes->resize(done);
-    std::lock_guard<std::mutex> lock(mu_);
-    windows_.emplace_front(id, bytes);
-    if (windows_.size() > kWindows) windows_.pop_back();
-    return std::shared_ptr<const std::string>(bytes);
+    return std::shared_ptr<const std::string>(std::move(bytes));
   }
 
- private:
   std::mutex mu_;
   std::list<std::pair<std::string, std::shared_ptr<const std::string>>> windows_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::shared_future<Fetched>> fetching_;                     // GUARDED_BY(mu_)
 };
 
 class ObjectFile final : public File {
