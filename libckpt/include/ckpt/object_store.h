@@ -154,6 +154,13 @@ struct MultipartUploadInfo {
   std::string initiated;  // ISO 8601, as the server says
 };
 
+// A part the server holds of an unfinished multipart upload.
+struct PartInfo {
+  int number = 0;
+  std::string etag;  // for a part sent without SSE-KMS: the MD5 of its bytes, quoted
+  uint64_t size = 0;
+};
+
 struct UploadedPart {
   int number = 0;  // 1-based
   std::string etag;
@@ -202,6 +209,10 @@ class ObjectStore {
                                             const std::string& upload_id) = 0;
   virtual absl::StatusOr<std::vector<MultipartUploadInfo>> ListMultipartUploads(
       const std::string& prefix) = 0;
+  // The parts the server holds of upload `upload_id` of `key` (all pages):
+  // what a resumed upload need not send again.
+  virtual absl::StatusOr<std::vector<PartInfo>> ListParts(const std::string& key,
+                                                          const std::string& upload_id) = 0;
 };
 
 // The S3 dialect for `url`'s bucket (its prefix is the caller's business).

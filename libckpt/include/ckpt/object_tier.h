@@ -78,13 +78,18 @@ struct PublishStats {
   uint64_t files = 0;
   uint64_t bytes = 0;
   uint64_t requests = 0;  // PUT/POST/GET requests this call made
+  // Parts of an interrupted run's multipart upload found on the server with
+  // the local bytes' MD5, and so not sent again.
+  uint64_t parts_resumed = 0;
 };
 
 // Publishes committed checkpoint `step` of the local `root` under `prefix`:
 // (1) if a marker exists: the same checkpoint (its manifest checksum, or a
 // compaction of it) is OK with `already_there`; another is kAlreadyExists;
 // (2) a delta's base must have a marker (else kFailedPrecondition);
-// (3) multipart uploads left under the step by a dead job are aborted;
+// (3) of the multipart uploads an interrupted run left under the step, the
+// newest of each file is resumed -- its parts whose size and ETag (MD5) match
+// the local bytes are kept, not sent again -- and the others aborted;
 // (4) every file is uploaded (multipart above `part_bytes`), `streams` at a
 // time, each with its CRC32C for the server to check;
 // (5) every object is read back and compared with the local file (size and
@@ -101,15 +106,17 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
                                                const PublishOptions& options);
 
 // Removes what dead jobs left under `prefix`: multipart uploads of keys under
-// `P/step-*/` (every one: the lease holder is the only writer), and objects of
+// `P/step-*/` -- of committed steps all, of others those initiated more than
+// `stale_upload_age` ago (younger ones a rerun resumes) -- and objects of
 // steps without a marker that carry ckpt's upload metadata
 // (`x-amz-meta-ckpt-xxh3`) -- never anything uploaded by other means.
 struct ObjectReclaimStats {
   uint64_t uploads_aborted = 0;
   uint64_t objects_deleted = 0;
 };
-absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(ObjectStore& store,
-                                                        absl::string_view prefix);
+absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(
+    ObjectStore& store, absl::string_view prefix,
+    absl::Duration stale_upload_age = absl::Hours(24));
 
 // One job at a time per prefix, as flock does for a directory: the lease is
 // the object `P/.ckpt-retain.lease`, created with `If-None-Match: *` and

@@ -83,7 +83,8 @@ ObjectLease::~ObjectLease() {
                                        " is not ours any more (or unreadable); left in place"));
 }
 
-absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(ObjectStore& store, absl::string_view prefix) {
+absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(ObjectStore& store, absl::string_view prefix,
+                                                        absl::Duration stale_upload_age) {
   ObjectReclaimStats stats;
   const std::string dir = prefix.empty() ? "" : absl::StrCat(prefix, "/");
   auto step_of = [&](absl::string_view key) -> std::optional<int64_t> {
@@ -92,14 +93,26 @@ absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(ObjectStore& store, absl
     if (slash == absl::string_view::npos) return std::nullopt;
     return internal::ParseCheckpointDirName(key.substr(0, slash));
   };
+  CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommittedSteps(store, prefix));
+  const std::set<int64_t> marked(committed.begin(), committed.end());
   CKPT_ASSIGN_OR_RETURN(std::vector<MultipartUploadInfo> uploads, store.ListMultipartUploads(dir));
+  const absl::Time now = absl::Now();
   for (const MultipartUploadInfo& u : uploads) {
-    if (!step_of(u.key).has_value()) continue;
+    auto step = step_of(u.key);
+    if (!step.has_value()) continue;
+    if (marked.count(*step) == 0) {
+      // An unfinished step: its upload is resumed by the next publish
+      // unless it is old (an unparsable time counts as old).
+      absl::Time initiated;
+      std::string error;
+      if (absl::ParseTime(absl::RFC3339_full, u.initiated, &initiated, &error) &&
+          now - initiated < stale_upload_age) {
+        continue;
+      }
+    }
     CKPT_RETURN_IF_ERROR(store.AbortMultipartUpload(u.key, u.upload_id));
     ++stats.uploads_aborted;
   }
-  CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommittedSteps(store, prefix));
-  const std::set<int64_t> marked(committed.begin(), committed.end());
   CKPT_ASSIGN_OR_RETURN(ObjectListing all, store.List(dir, ""));
   for (const ObjectInfo& o : all.objects) {
     auto step = step_of(o.key);

@@ -1,9 +1,11 @@
 // PublishCheckpoint: one committed local checkpoint into a bucket, under the
 // commit protocol of ckpt/object_tier.h.
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,7 @@
 #include "util/log.h"
 #include "util/path.h"
 #include "util/status_macros.h"
+#include "object/crc32c.h"
 #include "util/worker_pool.h"
 
 namespace ckpt {
@@ -98,7 +101,28 @@ struct UploadTask {
   int part = 0;           // 1-based
   uint64_t offset = 0;
   uint64_t bytes = 0;
+  std::string held_etag;  // the server holds this part already (resumed), if it matches
 };
+
+// The ETag S3 gives a part: the MD5 of its bytes, hex, quoted.
+std::string PartEtag(std::span<const char> data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), md, &n, EVP_md5(), nullptr);
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (unsigned int i = 0; i < n; ++i) {
+    out.push_back(kDigits[md[i] >> 4]);
+    out.push_back(kDigits[md[i] & 15]);
+  }
+  out.push_back('"');
+  return out;
+}
+
+std::string Unquoted(absl::string_view etag) {
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, etag.size() - 2);
+  return std::string(etag);
+}
 
 class Publisher {
  public:
@@ -116,8 +140,25 @@ class Publisher {
         tasks.push_back(UploadTask{f, "", 0, 0, f->bytes});
         continue;
       }
-      auto id = store_.CreateMultipartUpload(f->key, {false, Metadata(*f)});
-      ++requests_;
+      // An interrupted run's upload of this file: resumed from the parts
+      // the server holds (each checked against the local bytes' MD5).
+      std::map<int, PartInfo> held;
+      absl::StatusOr<std::string> id = absl::NotFoundError("");
+      if (auto r = resume_.find(f->key); r != resume_.end()) {
+        auto parts = store_.ListParts(f->key, r->second);
+        ++requests_;
+        if (parts.ok()) {
+          id = r->second;
+          for (const PartInfo& p : *parts) held[p.number] = p;
+        } else {
+          (void)store_.AbortMultipartUpload(f->key, r->second);
+        }
+        resume_.erase(r);
+      }
+      if (!id.ok()) {
+        id = store_.CreateMultipartUpload(f->key, {false, Metadata(*f)});
+        ++requests_;
+      }
       if (!id.ok()) {
         status = id.status();
         break;
@@ -125,7 +166,10 @@ class Publisher {
       multipart.emplace_back(f, *id);
       int part = 1;
       for (uint64_t off = 0; off < f->bytes; off += options_.part_bytes, ++part) {
-        tasks.push_back(UploadTask{f, *id, part, off, std::min(options_.part_bytes, f->bytes - off)});
+        const uint64_t bytes = std::min(options_.part_bytes, f->bytes - off);
+        auto h = held.find(part);
+        tasks.push_back(UploadTask{f, *id, part, off, bytes,
+                                   h != held.end() && h->second.size == bytes ? h->second.etag : ""});
       }
     }
     std::vector<UploadedPart> parts(tasks.size());
@@ -137,6 +181,11 @@ class Publisher {
         const UploadTask& t = tasks[i];
         std::vector<char> buf(t.bytes);
         absl::Status s = ReadPiece(fs_, *t.file, t.offset, buf);
+        if (s.ok() && !t.held_etag.empty() && Unquoted(PartEtag(buf)) == Unquoted(t.held_etag)) {
+          parts[i] = UploadedPart{t.part, t.held_etag, internal::Crc32cBase64(internal::Crc32c(buf))};
+          ++resumed_;
+          return;  // the server has these bytes: not sent again
+        }
         if (s.ok() && t.upload_id.empty()) {
           s = store_.Put(t.file->key, buf, {false, Metadata(*t.file)}).status();
         } else if (s.ok()) {
@@ -156,9 +205,9 @@ class Publisher {
         }
         error.Note(store_.CompleteMultipartUpload(f->key, id, mine, false).status());
         ++requests_;
-      } else {
-        (void)store_.AbortMultipartUpload(f->key, id);  // best effort; reclaimed later otherwise
       }
+      // (A failed upload stays on the server: the next run resumes it, or
+      // ReclaimObjectOrphans aborts it once stale.)
     }
     return error.Get();
   }
@@ -201,6 +250,9 @@ class Publisher {
   }
 
   uint64_t requests() const { return requests_; }
+  uint64_t resumed() const { return resumed_; }
+  // Uploads (key -> id) to resume rather than start.
+  void Resume(std::map<std::string, std::string> uploads) { resume_ = std::move(uploads); }
   WorkerPool& pool() { return pool_; }
 
  private:
@@ -213,6 +265,8 @@ class Publisher {
   const PublishOptions& options_;
   WorkerPool pool_;
   std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> resumed_{0};
+  std::map<std::string, std::string> resume_;  // the calling thread's
 };
 
 bool SameCheckpoint(const CommitMarker& m, const CheckpointSummary& hot) {
@@ -250,6 +304,11 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
       return absl::AlreadyExistsError(absl::StrCat(where, " is committed and holds another checkpoint"));
     }
     stats.already_there = true;
+    // Uploads left under a committed step are no one's: abort them.
+    auto left = store.ListMultipartUploads(StepPrefix(prefix, step) + "/");
+    if (left.ok()) {
+      for (const MultipartUploadInfo& u : *left) (void)store.AbortMultipartUpload(u.key, u.upload_id);
+    }
     return stats;
   }
   // (2) A chain is whole in the bucket: the base first.
@@ -266,9 +325,18 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
   // (3) Uploads a dead job left for this step.
   CKPT_ASSIGN_OR_RETURN(std::vector<MultipartUploadInfo> stale,
                         store.ListMultipartUploads(StepPrefix(prefix, step) + "/"));
+  // Per key the newest is resumed (ISO 8601 times sort as strings), the
+  // others aborted.
+  std::map<std::string, MultipartUploadInfo> newest;
   for (const MultipartUploadInfo& u : stale) {
-    CKPT_RETURN_IF_ERROR(store.AbortMultipartUpload(u.key, u.upload_id));
+    auto [it, fresh] = newest.emplace(u.key, u);
+    if (fresh) continue;
+    const MultipartUploadInfo& older = u.initiated < it->second.initiated ? u : it->second;
+    CKPT_RETURN_IF_ERROR(store.AbortMultipartUpload(older.key, older.upload_id));
+    if (&older == &it->second) it->second = u;
   }
+  std::map<std::string, std::string> resume;
+  for (const auto& [key, u] : newest) resume[key] = u.upload_id;
   // Objects already under the step: a dead job's (tagged by ckpt) are
   // overwritten; anything else was put there by other means and is not ours
   // to replace.
@@ -299,6 +367,7 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
     files.push_back(std::move(f));
   }
   Publisher publisher(*fs, store, options);
+  publisher.Resume(std::move(resume));
   FirstError hashed;
   publisher.pool().ParallelFor(files.size(), [&](size_t i) {
     hashed.Note(HashLocal(*fs, files[i], std::min<uint64_t>(options.part_bytes, 8 << 20)));
@@ -373,6 +442,7 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
     CKPT_RETURN_IF_ERROR(store.Put(marker_key, text, {false, {}}).status());
   }
   stats.requests += publisher.requests();
+  stats.parts_resumed = publisher.resumed();
   return stats;
 }
 

@@ -233,6 +233,32 @@ class S3ObjectStore final : public ObjectStore {
     return uploads;
   }
 
+  absl::StatusOr<std::vector<PartInfo>> ListParts(const std::string& key,
+                                                  const std::string& upload_id) override {
+    std::vector<PartInfo> parts;
+    std::string marker;
+    for (;;) {
+      Call call("GET", key);
+      call.query = {{"uploadId", upload_id}};
+      if (!marker.empty()) call.query.emplace_back("part-number-marker", marker);
+      CKPT_ASSIGN_OR_RETURN(HttpResponse response, Execute(call, "ListParts"));
+      CKPT_ASSIGN_OR_RETURN(XmlNode xml, ParseXml(response.body, Where("ListParts", key)));
+      for (const XmlNode& c : xml.children) {
+        if (c.name != "Part") continue;
+        PartInfo part;
+        (void)absl::SimpleAtoi(c.ChildText("PartNumber"), &part.number);
+        (void)absl::SimpleAtoi(c.ChildText("Size"), &part.size);
+        part.etag = c.ChildText("ETag");
+        parts.push_back(std::move(part));
+      }
+      if (xml.ChildText("IsTruncated") != "true") break;
+      const std::string next = xml.ChildText("NextPartNumberMarker");
+      if (next.empty() || next == marker) break;
+      marker = next;
+    }
+    return parts;
+  }
+
  private:
   static absl::Status AlreadyExistsOn412(const absl::Status& status, const std::string& key) {
     if (status.code() == absl::StatusCode::kFailedPrecondition) {
