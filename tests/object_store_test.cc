@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "ckpt/object_store.h"
 #include "gtest/gtest.h"
 #include "moto_server.h"
@@ -171,6 +172,23 @@ TEST_F(ConfigTest, ProfileFromSharedFilesAndCustomEndpointIsPathStyle) {
   EXPECT_EQ(internal::ResolveConfig({}, Lookup())->endpoint, "https://s3.example");
 }
 
+TEST_F(ConfigTest, CredentialProcessOfTheProfile) {
+  env_["AWS_PROFILE"] = "sso";
+  env_["AWS_SHARED_CREDENTIALS_FILE"] = "/nonexistent";
+  env_["AWS_CONFIG_FILE"] = WriteFile(
+      "config3",
+      "[profile sso]\ncredential_process = printf '{\"Version\": 1, \"AccessKeyId\": \"PK\", "
+      "\"SecretAccessKey\": \"PS\", \"SessionToken\": \"PT\"}'\n");
+  auto c = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->credentials.access_key_id, "PK");
+  EXPECT_EQ(c->credentials.session_token, "PT");
+  env_["AWS_CONFIG_FILE"] = WriteFile("config4", "[profile sso]\ncredential_process = false\n");
+  auto failed = internal::ResolveConfig({}, Lookup());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(failed.status().message(), "credential_process")) << failed.status();
+}
+
 TEST_F(ConfigTest, NoCredentialsSaysWhereItLooked) {
   env_["HOME"] = "/nonexistent";
   auto c = internal::ResolveConfig({}, Lookup());
@@ -284,6 +302,49 @@ TEST_F(S3StoreTest, ConnectionRefusedIsRetriedThenUnavailable) {
   EXPECT_TRUE(absl::StrContains(got.status().message(), "gave up after 3 attempts")) << got.status();
 }
 
+
+// A server that refuses requests dated more than 15 minutes off its clock,
+// as S3 does, saying its time in the Date header.
+class SkewCheckingTransport final : public HttpTransport {
+ public:
+  absl::StatusOr<HttpResponse> Send(const HttpRequest& request) override {
+    ++requests;
+    std::string date;
+    for (const auto& [name, value] : request.headers) {
+      if (name == "x-amz-date") date = value;
+    }
+    const int64_t now = time(nullptr);
+    HttpResponse response;
+    if (date != internal::AmzDate(now) && date != internal::AmzDate(now - 1)) {
+      response.status = 403;
+      response.headers["date"] = absl::FormatTime("%a, %d %b %Y %H:%M:%S GMT",
+                                                   absl::FromUnixSeconds(now), absl::UTCTimeZone());
+      response.body = "<Error><Code>RequestTimeTooSkewed</Code><Message>skewed</Message></Error>";
+      return response;
+    }
+    response.status = 200;
+    response.body = "abc";
+    return response;
+  }
+  int requests = 0;
+};
+
+TEST(ClockSkewTest, RequestTimeTooSkewedIsCorrectedFromTheServersDate) {
+  auto transport = std::make_shared<SkewCheckingTransport>();
+  ObjectStoreOptions options;
+  options.endpoint = "http://127.0.0.1:9";
+  options.credentials = ObjectCredentials{"k", "s", ""};
+  options.transport = transport;
+  options.unix_seconds = [] { return static_cast<int64_t>(time(nullptr)) - 3600; };  // an hour slow
+  auto store = OpenObjectStore("s3://bucket", options);
+  ASSERT_TRUE(store.ok());
+  auto got = (*store)->Get("k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "abc");
+  EXPECT_EQ(transport->requests, 2);
+  ASSERT_TRUE((*store)->Get("k").ok());
+  EXPECT_EQ(transport->requests, 3);  // corrected for good
+}
 
 // On the wire: tests/object_store/fault_proxy.py between the client and moto.
 class WireFaultTest : public S3StoreTest {

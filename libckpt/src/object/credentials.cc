@@ -1,6 +1,9 @@
 #include "object/credentials.h"
 
+#include <cstdio>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -31,6 +34,37 @@ std::string Lookup(const std::map<std::string, std::map<std::string, std::string
   if (s == ini.end()) return "";
   auto k = s->second.find(key);
   return k != s->second.end() ? k->second : "";
+}
+
+// Runs the profile's `credential_process` (how the AWS tools reach SSO,
+// IRSA helpers, vaults: `aws configure export-credentials --format process`)
+// and parses its JSON: Version 1, AccessKeyId, SecretAccessKey, SessionToken.
+absl::StatusOr<ObjectCredentials> RunCredentialProcess(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("credential_process \"", command, "\": cannot run it"));
+  }
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0 && out.size() < (1 << 20)) out.append(buf, n);
+  const int rc = pclose(pipe);
+  if (rc != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("credential_process \"", command, "\" exited with status ", rc));
+  }
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+  if (!j.is_object() || j.value("Version", 0) != 1 || !j.contains("AccessKeyId") ||
+      !j.contains("SecretAccessKey")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "credential_process \"", command,
+        "\" did not print {\"Version\": 1, \"AccessKeyId\": ..., \"SecretAccessKey\": ...}"));
+  }
+  ObjectCredentials c;
+  c.access_key_id = j.value("AccessKeyId", "");
+  c.secret_access_key = j.value("SecretAccessKey", "");
+  c.session_token = j.value("SessionToken", "");
+  return c;
 }
 
 }  // namespace
@@ -84,6 +118,12 @@ absl::StatusOr<ResolvedConfig> ResolveConfig(const ObjectStoreOptions& options,
     c.credentials.access_key_id = profile_value("aws_access_key_id");
     c.credentials.secret_access_key = profile_value("aws_secret_access_key");
     c.credentials.session_token = profile_value("aws_session_token");
+    const std::string process = profile_value("credential_process");
+    if (c.credentials.access_key_id.empty() && !process.empty()) {
+      auto got = RunCredentialProcess(process);
+      if (!got.ok()) return got.status();
+      c.credentials = *got;
+    }
   }
   if (c.credentials.access_key_id.empty() || c.credentials.secret_access_key.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -1,5 +1,6 @@
 #include "object/s3_object_store.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "object/crc32c.h"
 #include "object/s3_xml.h"
 #include "object/sigv4.h"
@@ -304,8 +306,9 @@ class S3ObjectStore final : public ObjectStore {
     absl::Status last;
     for (int attempt = 0; attempt < std::max(1, options_.max_attempts); ++attempt) {
       if (attempt > 0) Backoff(attempt);
-      const int64_t now = options_.unix_seconds ? options_.unix_seconds()
-                                                : static_cast<int64_t>(time(nullptr));
+      const int64_t now = (options_.unix_seconds ? options_.unix_seconds()
+                                                 : static_cast<int64_t>(time(nullptr))) +
+                          skew_seconds_.load();
       const std::string date = AmzDate(now);
       SigningInput signing{call.method, host_, path, call.query, call.headers, payload};
       signing.headers.emplace_back("x-amz-date", date);
@@ -341,6 +344,18 @@ class S3ObjectStore final : public ObjectStore {
           }
         }
         return std::move(*response);
+      }
+      if (s3_code == "RequestTimeTooSkewed") {
+        // Our clock is off: sign by the server's (its Date header) from now on.
+        absl::Time server;
+        std::string error;
+        if (absl::ParseTime("%a, %d %b %Y %H:%M:%S GMT", response->headers["date"], &server, &error)) {
+          skew_seconds_ = absl::ToUnixSeconds(server) - (now - skew_seconds_.load());
+          Log(LogLevel::kWarning, absl::StrCat("S3 says this clock is off by ", skew_seconds_.load(),
+                                               " s; signing by the server's time"));
+          last = absl::UnavailableError(absl::StrCat(Where(op, call.key), ": RequestTimeTooSkewed"));
+          continue;
+        }
       }
       const int status = response->status >= 200 && response->status < 300 ? 500 : response->status;
       last = absl::Status(
@@ -397,6 +412,7 @@ class S3ObjectStore final : public ObjectStore {
   std::string scheme_, host_;
   absl::Mutex rng_mu_;
   absl::BitGen rng_;  // GUARDED_BY(rng_mu_)
+  std::atomic<int64_t> skew_seconds_{0};  // server clock minus ours
 };
 
 }  // namespace
