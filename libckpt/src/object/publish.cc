@@ -219,7 +219,9 @@ class Publisher {
     FirstError error;
     pool_.ParallelFor(files.size(), [&](size_t i) {
       const LocalFile& f = *files[i];
-      std::vector<char> buf(std::min<uint64_t>(options_.part_bytes, std::max<uint64_t>(f.bytes, 1)));
+      // One byte more than the file: a short answer ends the loop, no extra GET
+      // past the end (for a file that fits one GET).
+      std::vector<char> buf(std::min<uint64_t>(options_.part_bytes, f.bytes + 1));
       internal::Xxh3Stream hash;
       uint64_t offset = 0;
       for (;;) {
