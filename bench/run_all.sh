@@ -19,7 +19,7 @@
 # lines), and append NAME to BENCHES.
 set -euo pipefail
 
-BENCHES=(io async_save delta chain_restore torch_api real_state preemption background_priority peers restore distributed reshard dcp_plugin)
+BENCHES=(io async_save delta chain_restore torch_api real_state preemption background_priority peers restore distributed reshard dcp_plugin object_tier)
 
 # bench_io DATA_DIR: durable write and cold restore per I/O backend vs fio.
 bench_io() {
@@ -146,6 +146,23 @@ bench_restore() {
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/restore_bench.py" "${args[@]}"
+}
+
+# bench_object_tier DATA_DIR: ckpt-retain's upload to a bucket and ckpt.load
+# from it vs boto3's transfer manager moving the same bytes, both against
+# moto's S3 server on loopback (256 MiB; quick 64 MiB).
+bench_object_tier() {
+  local args=(--dir="$1/object_tier" --build="$BUILD_DIR")
+  if ((SMOKE)); then
+    args+=(--mb=8 --reps=1)
+  elif ((QUICK)); then
+    args+=(--mb=64 --reps=3)
+  else
+    args+=(--mb=256 --reps=3)
+  fi
+  ((KEEP)) && args+=(--keep)
+  PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
+    "$PYTHON" "$ROOT/bench/object_tier_bench.py" "${args[@]}"
 }
 
 # bench_distributed DATA_DIR: 2 ranks (gloo, one process each) writing a 1 GiB

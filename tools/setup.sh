@@ -11,7 +11,8 @@ deps_only=0
 [[ ${1:-} == --deps-only ]] && deps_only=1
 
 packages=(cmake ninja-build g++ pkg-config liburing-dev libzstd-dev libxxhash-dev libabsl-dev
-          libgtest-dev libgmock-dev nlohmann-json3-dev fio python3-matplotlib clang gdb ccache)
+          libgtest-dev libgmock-dev nlohmann-json3-dev
+          libcurl4-openssl-dev libssl-dev libexpat1-dev fio python3-matplotlib clang gdb ccache)
 SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO="sudo"
 missing=()
@@ -36,6 +37,10 @@ pip_missing=()
 for module in torch numpy pytest safetensors lightning pytorch_lightning transformers accelerate; do
   "$python" -c "import $module" 2>/dev/null || pip_missing+=("$module")
 done
+# The object tier's tests run moto's S3 server (and boto3 as the reference
+# client of bench/object_tier_bench): without them those tests fail.
+"$python" -c "import moto.server, flask, flask_cors, boto3" 2>/dev/null ||
+  pip_missing+=("moto[server]" boto3)
 if ((${#pip_missing[@]})); then
   echo "setup: pip installing ${pip_missing[*]} into $python" >&2
   if ! "$python" -m pip --version >/dev/null 2>&1; then

@@ -1,4 +1,5 @@
 #include "ckpt/catalog.h"
+#include "ckpt/object_store.h"
 
 #include <algorithm>
 
@@ -16,7 +17,9 @@ std::string StepDirName(int64_t step) { return internal::CheckpointDirName(step)
 
 absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& root,
                                                std::shared_ptr<FileSystem> fs) {
-  if (fs == nullptr) fs = PosixFileSystem();
+  if (fs == nullptr) {
+    CKPT_ASSIGN_OR_RETURN(fs, FileSystemForRoot(root));
+  }
   auto stat = fs->Stat(root);
   if (!stat.ok()) return internal::Annotate(stat.status(), "checkpoint root");
   if (!stat->is_directory) {
@@ -87,7 +90,9 @@ CheckpointSummary Summarize(FileSystem& fs, const std::string& root, int64_t ste
 
 absl::StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string& root,
                                                                std::shared_ptr<FileSystem> fs) {
-  if (fs == nullptr) fs = PosixFileSystem();
+  if (fs == nullptr) {
+    CKPT_ASSIGN_OR_RETURN(fs, FileSystemForRoot(root));
+  }
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
   std::vector<CheckpointSummary> summaries;
   for (int64_t step : steps) summaries.push_back(Summarize(*fs, root, step));
@@ -96,7 +101,9 @@ absl::StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string
 
 absl::StatusOr<CheckpointSummary> SummarizeCheckpoint(const std::string& root, int64_t step,
                                                       std::shared_ptr<FileSystem> fs) {
-  if (fs == nullptr) fs = PosixFileSystem();
+  if (fs == nullptr) {
+    CKPT_ASSIGN_OR_RETURN(fs, FileSystemForRoot(root));
+  }
   if (step < 0) {
     // No checkpoint has a negative step ("step--…" is not a checkpoint name).
     return absl::NotFoundError(absl::StrCat("no checkpoint has step ", step, " (steps are >= 0)"));
@@ -112,7 +119,9 @@ absl::StatusOr<CheckpointSummary> SummarizeCheckpoint(const std::string& root, i
 
 absl::StatusOr<std::optional<int64_t>> ReadLatestHint(const std::string& root,
                                                       std::shared_ptr<FileSystem> fs) {
-  if (fs == nullptr) fs = PosixFileSystem();
+  if (fs == nullptr) {
+    CKPT_ASSIGN_OR_RETURN(fs, FileSystemForRoot(root));
+  }
   auto contents = internal::ReadSmallFile(*fs, internal::JoinPath(root, internal::kLatestName), 4096);
   if (!contents.ok()) {
     if (contents.status().code() == absl::StatusCode::kNotFound) return std::nullopt;

@@ -3,6 +3,7 @@
 // records live in read/; this file checks arguments and puts those pieces in
 // order.
 #include "ckpt/reader.h"
+#include "ckpt/object_store.h"
 
 #include <algorithm>
 #include <optional>
@@ -330,9 +331,15 @@ absl::Status ReaderImpl::Verify(const VerifyProgress& progress) {
 
 absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
                                                      const ReaderOptions& options) {
-  std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
+  // An s3:// root reads through the object store's read-only file system.
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, FileSystemForRoot(root, options.fs));
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
-  auto opened = OpenIo(*fs, options.io, "");
+  // A bucket: each transfer is a ranged GET, whose cost is mostly per
+  // request; larger transfers (AWS's byte-range guidance is 8-16 MB) unless
+  // the caller chose a size.
+  IoOptions io = options.io;
+  if (fs->name() == "s3" && io.chunk_bytes == IoOptions{}.chunk_bytes) io.chunk_bytes = size_t{8} << 20;
+  auto opened = OpenIo(*fs, io, "");
   if (!opened.ok()) return Annotate(opened.status(), absl::StrCat("checkpoint root ", root));
   internal::OpenedIo backend = std::move(*opened);
   if (options.step.has_value()) {
@@ -341,13 +348,13 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
       return absl::NotFoundError(absl::StrCat("no checkpoint for step ", step, " in ", root));
     }
     CKPT_ASSIGN_OR_RETURN(StepView view, LoadStepView(*fs, root, step, options.rank));
-    return std::unique_ptr<Reader>(new ReaderImpl(fs, options.io, std::move(view), std::move(backend)));
+    return std::unique_ptr<Reader>(new ReaderImpl(fs, io, std::move(view), std::move(backend)));
   }
   std::string skipped;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     auto view = LoadStepView(*fs, root, *it, options.rank);
     if (view.ok()) {
-      return std::unique_ptr<Reader>(new ReaderImpl(fs, options.io, std::move(*view), std::move(backend)));
+      return std::unique_ptr<Reader>(new ReaderImpl(fs, io, std::move(*view), std::move(backend)));
     }
     // Only damage is skipped: an I/O error (EIO, EACCES, ...) may be
     // transient, and silently restoring an older step would hide it.

@@ -27,6 +27,7 @@
 #include "ckpt/safetensors.h"
 #include "restore/format.h"
 #include "restore/list.h"
+#include "ckpt/object_store.h"
 #include "restore/output.h"
 #include "restore/verify.h"
 
@@ -36,7 +37,12 @@ namespace {
 // Checks that ROOT is a directory holding committed checkpoints and lists
 // their steps, ascending. On failure writes the error and returns its code.
 int LoadSteps(const std::string& root, Output& output, std::vector<int64_t>* steps) {
-  std::shared_ptr<FileSystem> fs = PosixFileSystem();
+  absl::StatusOr<std::shared_ptr<FileSystem>> opened = FileSystemForRoot(root);
+  if (!opened.ok()) {
+    return output.Fail(kExitError, absl::StrFormat("cannot open ROOT %s: %s", root,
+                                                   StatusText(opened.status())));
+  }
+  std::shared_ptr<FileSystem> fs = *opened;
   absl::StatusOr<FileStat> stat = fs->Stat(root);
   if (!stat.ok()) {
     if (absl::IsNotFound(stat.status())) {

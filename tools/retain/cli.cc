@@ -42,14 +42,15 @@ Exit codes:
   2  usage error: an unknown, missing or malformed flag, no --keep-* rule, a
      cold dir equal to, inside or around ROOT, ROOT not a checkpoint root
   3  ROOT or the cold dir is missing
-  4  another ckpt-retain is running on ROOT, its lock file cannot be used, or
-     another error
+  4  another ckpt-retain is running on ROOT (or holds the s3:// cold tier's
+     lease), its lock file cannot be used, or another error
 
 Every diagnostic is one line on stderr starting with "ckpt-retain: ".
 
 Examples:
   ckpt-retain --root /ckpt/run1 --keep-last 5 --dry-run
   ckpt-retain --root /ckpt/run1 --keep-last 5 --keep-every 10000 --cold-dir /mnt/cold/run1 --json
+  ckpt-retain --root /ckpt/run1 --keep-last 5 --cold-dir s3://my-bucket/run1
 
 See docs/retention.md.
 )";
@@ -64,15 +65,27 @@ struct RetainFlags {
 FlagSet MakeFlagSet(RetainFlags* flags) {
   RetentionPolicy& policy = flags->policy;
   FlagSet set;
-  set.Add("root", "DIR", &flags->root, "Checkpoint root directory (required).");
+  set.Add("root", "DIR", &flags->root,
+          "Checkpoint root directory (required), or an s3://BUCKET/PREFIX the s3:// cold tier "
+          "filled: the same rules over the steps committed there, without compaction.");
   set.Add("keep-last", "N", &policy.keep_last, "Keep the newest N checkpoints.");
   set.Add("keep-every", "K", &policy.keep_every,
           "Keep every checkpoint whose step is a multiple of K.");
   set.Add("keep-newer-than", "D", &policy.keep_newer_than,
           "Keep checkpoints created within D (e.g. 24h, 90m).");
-  set.Add("cold-dir", "DIR", &policy.cold_dir,
+  set.Add("cold-dir", "DIR|s3://BUCKET/PREFIX", &policy.cold_dir,
           "Move checkpoints no rule keeps to DIR (another file system is fine) instead of "
-          "deleting them: copy, fsync, verify, rename, fsync, then remove the hot copy.");
+          "deleting them: copy, fsync, verify, rename, fsync, then remove the hot copy. Or to a "
+          "bucket (S3, MinIO, Ceph, R2, GCS XML; credentials and endpoint from AWS_* and "
+          "~/.aws): upload, read back, write the step's commit marker, then remove the hot "
+          "copy (docs/object-storage.md).");
+  set.Add("upload-streams", "N", &policy.upload_streams,
+          "s3:// cold tier: requests in flight at once (default 8).");
+  set.Add("upload-part-size", "BYTES", &policy.upload_part_bytes,
+          "s3:// cold tier: multipart part size and read-back GET size (default 16777216).");
+  set.Add("max-upload-rate", "BYTES", &policy.max_upload_bytes_per_second,
+          "s3:// cold tier: the most each upload stream sends per second, to spare the "
+          "training job's network (default 0: unlimited).");
   set.Add("stale-temp-age", "D", &policy.stale_temp_age,
           "While a writer holds ROOT's lock, still remove its .tmp-step-* saves untouched for D "
           "(a hung writer; default 1h). Other orphans (.trash-*, compaction and copy temps, "
@@ -149,6 +162,12 @@ int RetainMain(int argc, const char* const* argv, std::ostream& out, std::ostrea
     return fail(kRetainUsage,
                 "--keep-last, --keep-every and --keep-newer-than must not be negative "
                 "(see --help)");
+  }
+  if (policy.upload_streams < 1 || policy.upload_part_bytes < (uint64_t{5} << 20) ||
+      policy.max_upload_bytes_per_second < 0) {
+    return fail(kRetainUsage,
+                "--upload-streams must be >= 1, --upload-part-size >= 5242880 (S3's smallest "
+                "part) and --max-upload-rate >= 0 (see --help)");
   }
   if (policy.keep_last == 0 && policy.keep_every == 0 &&
       policy.keep_newer_than == absl::ZeroDuration()) {

@@ -7,13 +7,18 @@
 #include <memory>
 #include <set>
 
+#include <unistd.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/random/random.h"
 #include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/compact.h"
 #include "ckpt/maintenance.h"
+#include "ckpt/object_store.h"
+#include "ckpt/object_tier.h"
 #include "ckpt/root_lock.h"
 #include "retain/plan.h"
 
@@ -21,6 +26,10 @@ namespace ckpt::tools {
 namespace {
 
 namespace stdfs = std::filesystem;
+
+absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
 
 // Whether `cold` already holds checkpoint `hot` complete -- a copy (the same
 // manifest) or its compaction -- as an interrupted earlier run leaves it: a
@@ -44,11 +53,59 @@ absl::StatusOr<bool> AlreadyInCold(const std::shared_ptr<FileSystem>& fs, const 
   return absl::AlreadyExistsError(dir + " already exists and holds another checkpoint");
 }
 
+// A bucket as the cold tier (`--cold-dir s3://bucket/prefix`).
+struct BucketTier {
+  std::shared_ptr<ObjectStore> store;
+  std::string prefix;
+  PublishOptions publish;
+};
+
+// Places checkpoint `hot` under the bucket prefix (as it is, or with
+// `compact` as a full checkpoint compacted into a local staging root
+// ROOT/.tmp-tier-<nonce> first, job debris if we die), unless an interrupted
+// earlier run already did: its marker names the same manifest, or this
+// delta's compaction. ROOT's checkpoint is not changed.
+absl::Status PlaceInBucket(const std::shared_ptr<FileSystem>& fs, const std::string& root,
+                           const CheckpointSummary& hot, const BucketTier& tier, bool compact) {
+  auto marker = ReadCommitMarker(*tier.store, tier.prefix, hot.step);
+  // A damaged marker commits nothing: PublishCheckpoint replaces it.
+  if (!marker.ok() && !absl::IsDataLoss(marker.status())) return marker.status();
+  if (marker.ok() && marker->has_value()) {
+    const CommitMarker& m = **marker;
+    if (m.manifest_xxh3 == hot.manifest_xxh3 ||
+        (m.compacted && m.compacted_from_manifest_xxh3 == hot.manifest_xxh3)) {
+      return absl::OkStatus();
+    }
+    return absl::AlreadyExistsError(absl::StrCat("s3://", tier.store->bucket(), "/",
+                                                 MarkerKey(tier.prefix, hot.step),
+                                                 " commits another checkpoint"));
+  }
+  PublishOptions publish = tier.publish;
+  publish.fs = fs;
+  if (!compact) return PublishCheckpoint(root, hot.step, *tier.store, tier.prefix, publish).status();
+  absl::BitGen gen;
+  const std::string staging =
+      absl::StrFormat("%s/.tmp-tier-%016x", root, absl::Uniform<uint64_t>(gen));
+  if (absl::Status s = fs->CreateDir(staging); !s.ok()) return s;
+  CompactOptions options;
+  options.target_root = staging;
+  options.fs = fs;
+  options.holds_retention_lock = true;
+  absl::Status status = CompactToFull(root, hot.step, options).status();
+  if (status.ok()) {
+    status = PublishCheckpoint(staging, hot.step, *tier.store, tier.prefix, publish).status();
+  }
+  absl::Status removed = RemoveTree(*fs, staging);  // else the next run's debris
+  return status.ok() ? removed : status;
+}
+
 // Places checkpoint `hot` in `cold` (as it is, or with `compact` as a full
 // checkpoint), unless an interrupted earlier run already did. ROOT is not
 // changed: the hot copy is removed afterwards.
 absl::Status PlaceInCold(const std::shared_ptr<FileSystem>& fs, const std::string& root,
-                         const CheckpointSummary& hot, const std::string& cold, bool compact) {
+                         const CheckpointSummary& hot, const std::string& cold, bool compact,
+                         const BucketTier* bucket) {
+  if (bucket != nullptr) return PlaceInBucket(fs, root, hot, *bucket, compact);
   auto there = AlreadyInCold(fs, cold, hot);
   if (!there.ok()) return there.status();
   if (*there) return absl::OkStatus();
@@ -185,7 +242,7 @@ std::vector<RetentionAction> JobDebris(const std::shared_ptr<FileSystem>& fs, co
 //    first, so that dependants go before their bases; a step that a delta
 //    still in ROOT is based on stays (its dependant failed to leave).
 void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
-             const RetentionPolicy& policy, RetentionPlan& plan,
+             const RetentionPolicy& policy, const BucketTier* bucket, RetentionPlan& plan,
              std::map<int64_t, RetentionAction>& actions) {
   using Kind = RetentionAction::Kind;
   auto& steps = plan.steps();
@@ -239,7 +296,7 @@ void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
       default: continue;
     }
     absl::Status placed = PlaceInCold(fs, root, *plan.Find(step), policy.cold_dir,
-                                      planned.kind == Kind::kCompactMove);
+                                      planned.kind == Kind::kCompactMove, bucket);
     if (placed.ok()) {
       leaving.push_back(step);
     } else {
@@ -269,6 +326,106 @@ void Execute(const std::shared_ptr<FileSystem>& fs, const std::string& root,
   }
 }
 
+// Retention on a bucket prefix (`--root s3://...`): the same rules over the
+// steps committed there, no compaction (a bucket rewrites nothing), under the
+// prefix's lease. A step goes newest first, marker first -- it is then
+// invisible, like a `.trash-` directory -- then the objects its marker lists
+// (nothing else: an object put there by other means stays). A run that dies
+// in between leaves unmarked ckpt objects, reclaimed by the next run.
+absl::StatusOr<std::vector<RetentionAction>> RunBucketRetention(const std::string& root,
+                                                                const RetentionPolicy& given) {
+  using Kind = RetentionAction::Kind;
+  if (!given.cold_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--cold-dir with an s3:// --root: a bucket is the last tier here (not supported)");
+  }
+  auto url = ParseObjectUrl(root);
+  if (!url.ok()) return url.status();
+  std::shared_ptr<ObjectStore> store = given.cold_store;
+  if (store == nullptr) {
+    auto opened = OpenObjectStore(root, {});
+    if (!opened.ok()) return opened.status();
+    store = *opened;
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  auto lease = ObjectLease::Acquire(store, url->prefix,
+                                    absl::StrCat("ckpt-retain pid ", getpid(), " on ", host), given.lease_duration);
+  if (!lease.ok()) return lease.status();
+  std::vector<RetentionAction> stale;
+  if (!given.dry_run) {
+    auto reclaimed = ReclaimObjectOrphans(*store, url->prefix);
+    if (!reclaimed.ok()) return reclaimed.status();
+    if (reclaimed->uploads_aborted + reclaimed->objects_deleted > 0) {
+      stale.push_back({Kind::kRemoveStale, root, -1,
+                       absl::StrCat(reclaimed->uploads_aborted, " multipart uploads aborted, ",
+                                    reclaimed->objects_deleted, " unmarked objects deleted"),
+                       true, "", 0});
+    }
+  }
+  auto fs = ObjectFileSystem(store);
+  if (!fs.ok()) return fs.status();
+  auto listed = ListCheckpoints(root, *fs);
+  if (!listed.ok()) return listed.status();
+  for (const CheckpointSummary& c : *listed) {
+    const absl::StatusCode code = c.manifest_status.code();
+    if (!c.manifest_status.ok() && code != absl::StatusCode::kDataLoss &&
+        code != absl::StatusCode::kNotFound) {
+      return absl::Status(code, absl::StrCat("cannot read the manifest of step ", c.step,
+                                             ", so nothing is changed: ", c.manifest_status.message()));
+    }
+  }
+  RetentionPolicy policy = given;
+  policy.compact = false;
+  RetentionPlan plan(*listed, std::nullopt, policy, absl::Now());
+  std::map<int64_t, RetentionAction> actions;
+  std::map<int64_t, int64_t> base_of;
+  std::vector<int64_t> leaving;
+  for (const auto& [step, planned] : plan.steps()) {
+    actions[step] = {planned.kind, StepDirName(step), step, planned.reason,
+                     planned.kind == Kind::kKeep, ""};
+    const CheckpointSummary* summary = plan.Find(step);
+    if (summary != nullptr && summary->manifest_status.ok() && summary->kind == CheckpointKind::kDelta) {
+      base_of[step] = summary->base_step;
+    }
+    if (planned.kind == Kind::kDelete) leaving.push_back(step);
+  }
+  if (!policy.dry_run) {
+    std::reverse(leaving.begin(), leaving.end());  // dependants before their bases
+    std::set<int64_t> removed;
+    for (int64_t step : leaving) {
+      RetentionAction& a = actions[step];
+      for (const auto& [dependant, base] : base_of) {
+        if (base == step && removed.count(dependant) == 0 && actions[dependant].kind != Kind::kKeep) {
+          a.error = absl::StrCat("not removed: delta step ", dependant, " is based on it (it failed to go)");
+        }
+      }
+      if (!a.error.empty()) continue;
+      absl::Status s = [&]() -> absl::Status {
+        auto marker = ReadCommitMarker(*store, url->prefix, step);
+        if (!marker.ok()) return marker.status();
+        if (!marker->has_value()) return absl::OkStatus();  // gone meanwhile
+        if (absl::Status d = store->Delete(MarkerKey(url->prefix, step)); !d.ok()) return d;
+        for (const CommitMarker::File& f : (*marker)->files) {
+          absl::Status d = store->Delete(absl::StrCat(StepPrefix(url->prefix, step), "/", f.name));
+          if (!d.ok()) return d;  // unmarked now: the next run reclaims the rest
+        }
+        return absl::OkStatus();
+      }();
+      a.done = s.ok();
+      if (s.ok()) {
+        removed.insert(step);
+      } else {
+        a.error = std::string(s.message());
+      }
+    }
+  }
+  std::vector<RetentionAction> result;
+  for (auto& [step, a] : actions) result.push_back(std::move(a));
+  for (RetentionAction& a : stale) result.push_back(std::move(a));
+  return result;
+}
+
 }  // namespace
 
 const char* ActionName(RetentionAction::Kind kind) {
@@ -286,6 +443,7 @@ const char* ActionName(RetentionAction::Kind kind) {
 
 absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& root,
                                                           const RetentionPolicy& policy) {
+  if (IsObjectUrl(root)) return RunBucketRetention(root, policy);
   const std::shared_ptr<FileSystem> fs = policy.fs != nullptr ? policy.fs : PosixFileSystem();
   // OK if `path` is a directory; kNotFound naming `what` if it is not (or is
   // missing); the file system's error otherwise.
@@ -298,7 +456,25 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
     return absl::OkStatus();
   };
   if (absl::Status s = require_directory(root, "checkpoint root"); !s.ok()) return s;
-  if (!policy.cold_dir.empty()) {
+  const bool to_bucket = IsObjectUrl(policy.cold_dir);
+  std::unique_ptr<BucketTier> bucket;
+  if (to_bucket) {
+    auto url = ParseObjectUrl(policy.cold_dir);
+    if (!url.ok()) return url.status();
+    bucket = std::make_unique<BucketTier>();
+    bucket->prefix = url->prefix;
+    bucket->store = policy.cold_store;
+    if (bucket->store == nullptr) {
+      ObjectStoreOptions options;
+      options.max_send_bytes_per_second = policy.max_upload_bytes_per_second;
+      auto store = OpenObjectStore(policy.cold_dir, options);
+      if (!store.ok()) return Prefixed("--cold-dir", store.status());
+      bucket->store = *store;
+    }
+    bucket->publish.streams = policy.upload_streams;
+    bucket->publish.part_bytes = policy.upload_part_bytes;
+  }
+  if (!policy.cold_dir.empty() && !to_bucket) {
     if (absl::Status s = require_directory(policy.cold_dir, "--cold-dir"); !s.ok()) return s;
     // Path resolution only (it writes nothing): whether the two nest.
     std::error_code ec;
@@ -318,7 +494,18 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   // job's or a dead one's, never a live job's (another root's retention may
   // share the cold dir: it waits for the next run, as on ROOT).
   absl::StatusOr<std::unique_ptr<FileLock>> cold_lock;
-  if (!policy.cold_dir.empty()) {
+  std::unique_ptr<ObjectLease> lease;
+  if (to_bucket) {
+    // A bucket has no flock: a lease object, one job per prefix.
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    auto taken = ObjectLease::Acquire(bucket->store, bucket->prefix,
+                                      absl::StrCat("ckpt-retain pid ", getpid(), " on ", host,
+                                                   " for ", root),
+                                      policy.lease_duration);
+    if (!taken.ok()) return Prefixed("--cold-dir", taken.status());
+    lease = std::move(*taken);
+  } else if (!policy.cold_dir.empty()) {
     cold_lock = LockRoot(policy.cold_dir, RootLockKind::kRetention, "ckpt-retain", fs.get());
     if (!cold_lock.ok()) {
       return absl::Status(cold_lock.status().code(),
@@ -369,12 +556,26 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   std::map<std::string, std::string> trashed;
   std::vector<RetentionAction> stale = SaveTemps(fs, root, policy, now, trashed);
   for (RetentionAction& a : JobDebris(fs, root, "", policy.dry_run, trashed)) stale.push_back(std::move(a));
-  if (!policy.cold_dir.empty()) {
+  if (to_bucket && !policy.dry_run) {
+    // Dead jobs' multipart uploads and unmarked objects ckpt uploaded (never
+    // anything put there by other means).
+    auto reclaimed = ReclaimObjectOrphans(*bucket->store, bucket->prefix);
+    RetentionAction a{RetentionAction::Kind::kRemoveStale, policy.cold_dir, -1,
+                      "dead jobs' uploads in the bucket", reclaimed.ok(), "", 0};
+    if (!reclaimed.ok()) {
+      a.error = std::string(reclaimed.status().message());
+      stale.push_back(std::move(a));
+    } else if (reclaimed->uploads_aborted + reclaimed->objects_deleted > 0) {
+      a.reason = absl::StrCat(reclaimed->uploads_aborted, " multipart uploads aborted, ",
+                              reclaimed->objects_deleted, " unmarked objects deleted");
+      stale.push_back(std::move(a));
+    }
+  } else if (!policy.cold_dir.empty()) {
     for (RetentionAction& a : JobDebris(fs, policy.cold_dir, policy.cold_dir + "/", policy.dry_run, {})) {
       stale.push_back(std::move(a));
     }
   }
-  if (!policy.dry_run) Execute(fs, root, policy, plan, actions);
+  if (!policy.dry_run) Execute(fs, root, policy, bucket.get(), plan, actions);
   std::vector<RetentionAction> result;
   for (auto& [step, a] : actions) result.push_back(std::move(a));
   for (RetentionAction& a : stale) result.push_back(std::move(a));

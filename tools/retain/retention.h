@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ckpt/file_system.h"
+#include "ckpt/object_store.h"
 
 namespace ckpt::tools {
 
@@ -19,7 +20,20 @@ struct RetentionPolicy {
   int keep_last = 0;                               // the newest N steps
   int64_t keep_every = 0;                          // steps divisible by K
   absl::Duration keep_newer_than = absl::ZeroDuration();  // created within this
-  std::string cold_dir;                            // move instead of delete
+  // Move instead of delete: to a directory, or to a bucket prefix given as
+  // `s3://bucket/prefix` (ckpt/object_tier.h: uploaded, read back, committed
+  // by a marker; one job per prefix through a lease object).
+  std::string cold_dir;
+  // An s3:// `cold_dir`: requests in flight, part size of multipart uploads
+  // (and of read-back GETs), bytes per second each upload stream may send
+  // (0: unlimited), how long the lease is taken for, and the store to use
+  // (null: `ckpt::OpenObjectStore(cold_dir, {})`; tests inject faults here;
+  // with an s3:// root, the root's store).
+  int upload_streams = 8;
+  uint64_t upload_part_bytes = uint64_t{16} << 20;
+  int64_t max_upload_bytes_per_second = 0;
+  absl::Duration lease_duration = absl::Hours(6);
+  std::shared_ptr<ObjectStore> cold_store;
   // A save in progress (`.tmp-step-*`) untouched for this long goes even
   // while a writer holds ROOT's lock (a writer hung that long). Every other
   // orphan goes whatever its age; see `RunRetention`.
@@ -83,6 +97,10 @@ const char* ActionName(RetentionAction::Kind kind);
 // `cold_dir`), complete and verified before the hot copy is removed; a cold
 // copy left complete by an interrupted run is recognised. Errors keep their
 // file-system meaning: a full cold tier is kResourceExhausted.
+// An s3:// `root` (a bucket prefix the tier fills) gets the same rules over
+// its committed steps, without compaction and without a cold tier, under the
+// prefix's lease: each step that goes loses its commit marker first, then
+// the objects the marker lists (docs/object-storage.md).
 absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& root,
                                                           const RetentionPolicy& policy);
 

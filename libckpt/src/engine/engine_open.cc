@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "ckpt/engine.h"
+#include "ckpt/object_store.h"
 #include "ckpt/maintenance.h"
 #include "ckpt/root_lock.h"
 #include "distributed/rank_layout.h"
@@ -228,6 +229,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
                                                      const EngineOptions& options) {
   using namespace internal;  // NOLINT: the engine is the glue of the internals
   if (root.empty()) return absl::InvalidArgumentError("checkpoint root is empty");
+  if (IsObjectUrl(root)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot save to ", root, ": saves go to a local (or mounted) directory, whose rename and "
+        "fsync are the commit; move checkpoints to the bucket with `ckpt-retain --root DIR "
+        "--cold-dir ", root, "`, and restore from it with ckpt-restore --root / ckpt.load"));
+  }
   std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
   CKPT_RETURN_IF_ERROR(ValidateEngineOptions(options));
   const DistributedOptions& dist = options.distributed;

@@ -9,7 +9,7 @@ import weakref
 
 import torch
 
-from . import _distributed, _lib, _tree, preemption
+from . import _distributed, _lib, _tier, _tree, preemption
 from ._options import _check_options, _flag, _number
 from ._saves import _Future, _Saves, _earlier_failure, _error
 from .errors import translate
@@ -43,6 +43,11 @@ class AsyncSaveResponse:
         file_bytes, blocked_s, staging_s, persist_s, seconds, dir, skipped, ...).
     result(timeout=None): waits for upload_completion and returns its result;
         raises the save's error (ckpt.CheckpointError or a subclass).
+    tier_completion: with Checkpointer(tier="s3://..."), a Future that
+        completes once the checkpoint is durable in the bucket (result: a dict
+        with uploaded, durable_in_bucket, files, bytes, seconds), or with the
+        upload's error; {"uploaded": False, ...} for a save that failed or was
+        skipped. None without a tier.
     """
 
     def __init__(self, step, on_observed):
@@ -50,6 +55,7 @@ class AsyncSaveResponse:
         self.staging_completion = _Future(lambda: on_observed(self))
         self.upload_completion = _Future(lambda: on_observed(self))
         self.blocked_s = 0.0  # how long save_async held the caller
+        self.tier_completion = None  # with a tier: durable in the bucket
         self._handle = None  # the extension's SaveHandle
         self._seen = False  # its error was handed out (GUARDED_BY the Checkpointer's _Saves)
 
@@ -131,7 +137,8 @@ class Checkpointer:
 
     def __init__(self, root, delta="none", topk_ratio=0.01, full_every=10, lazy=False,
                  staging_bytes=None, compression=None, process_group=None, commit_timeout_s=300.0,
-                 replicated=None, rank_local=None, **options):
+                 replicated=None, rank_local=None, tier=None, tier_streams=4,
+                 tier_part_bytes=16 << 20, tier_max_upload_rate=0, **options):
         _lib.load()
         if delta is None:
             delta = "none"
@@ -149,6 +156,16 @@ class Checkpointer:
         self._placements = _distributed.Placements(replicated, rank_local)
         group = _distributed.resolve_group(process_group)
         self.root = str(root)
+        if self.root.startswith("s3://"):
+            raise ValueError(
+                f"ckpt: cannot save to {self.root}: saves go to a local (or mounted) directory; "
+                f"upload behind the save with Checkpointer(DIR, tier=\"{self.root}\"), or tier with "
+                f"`ckpt-retain --root DIR --cold-dir {self.root}`")
+        if tier is not None and group is not None:
+            raise ValueError("ckpt: tier= with a process group is not built yet (each rank's part "
+                             "and one marker); tier a multi-rank root with ckpt-retain --cold-dir")
+        self._tier = None if tier is None else _tier._Tier(
+            self.root, tier, tier_streams, tier_part_bytes, tier_max_upload_rate)
         self.lazy = bool(lazy)
         self.process_group = group  # None: single-process
         options_json = json.dumps(opts, allow_nan=False)
@@ -212,6 +229,10 @@ class Checkpointer:
                     skipped = resp._handle.skipped()
                     if skipped or not self.lazy:  # (no callbacks yet: nobody has resp)
                         resp.staging_completion.set_result(None)
+                    if self._tier is not None:
+                        resp.tier_completion = _tier.new_future()
+                        resp.upload_completion.add_done_callback(
+                            lambda f, resp=resp: self._after_commit(resp, f))
                     if skipped:
                         resp._handle.done()  # (true; drops the inputs the handle held)
                         resp.upload_completion.set_result(json.loads(resp._handle.stats_json()))
@@ -226,6 +247,34 @@ class Checkpointer:
             # the waiter cannot wait for itself.)
             self._saves.wait_for_failure(failures)
             self._raise_unseen()
+
+    def _after_commit(self, resp, future):
+        # (The base Future's exception(): this peek must not count as the
+        # caller having seen the save's error.)
+        error = concurrent.futures.Future.exception(future, 0)
+        if error is not None:
+            self._tier.skip(resp.step, resp.tier_completion, f"the save failed: {error}")
+        elif concurrent.futures.Future.result(future, 0).get("skipped"):
+            self._tier.skip(resp.step, resp.tier_completion, "the save was skipped")
+        else:
+            self._tier.submit(resp.step, resp.tier_completion)
+
+    def tier_status(self, step=None):
+        """With tier=: per step, whether it is durable in the bucket: a dict with
+        state "pending", "uploading", "durable", "failed" (and error),
+        "cancelled" or "not uploaded"; for one `step`, or all."""
+        if self._tier is None:
+            raise ValueError("ckpt: this Checkpointer has no tier")
+        return self._tier.status(step)
+
+    def wait_tier(self, timeout=None):
+        """Waits for the saves committed so far to be uploaded (or fail); True
+        unless `timeout` seconds passed first. Upload errors are in
+        tier_status() and on each save's tier_completion, never raised here."""
+        if self._tier is None:
+            raise ValueError("ckpt: this Checkpointer has no tier")
+        self._wait_pending("wait_tier()")
+        return self._tier.wait(timeout)
 
     def reserve(self, state, wait=False):
         """Allocates, pre-faults and pins the staging memory a save of `state` needs, in
@@ -346,6 +395,10 @@ class Checkpointer:
             # The engine finished every save: the waiters drain their queues.
             self._saves.stop()
             self._saves.join()
+            if self._tier is not None:
+                # Every committed save is queued by now: upload them (or,
+                # cancelling, drop the ones not started).
+                self._tier.close(cancel)
         unseen = [r for r in self._saves.take_unseen() if r not in abandoned]
         if not unseen:
             return

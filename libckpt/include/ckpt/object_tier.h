@@ -1,0 +1,145 @@
+// ckpt/object_tier.h: committed checkpoints in an S3-protocol bucket.
+//
+// Layout under a prefix P (docs/object-storage.md):
+//   P/step-<20 digits>/<file>      the checkpoint's files, same names as on disk
+//   P/step-<20 digits>.commit      its commit marker, written last
+//   P/.ckpt-retain.lease           held by the job tiering into P
+// A step is visible (to `ObjectFileSystem`, `ckpt-restore --root s3://`,
+// `ckpt.load("s3://")`) exactly when its marker exists. The marker is
+// written only after every file was uploaded, read back and found equal (size
+// and XXH3) to the local file, and only with `If-None-Match: *`; a delta's
+// only after its base's.
+#ifndef CKPT_OBJECT_TIER_H_
+#define CKPT_OBJECT_TIER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "ckpt/file_system.h"
+#include "ckpt/object_store.h"
+
+namespace ckpt {
+
+// What a commit marker records: the checkpoint's identity and every file of
+// it, so that a reader needs no LIST of the step and no HEAD per file.
+struct CommitMarker {
+  int64_t step = 0;
+  bool delta = false;
+  int64_t base_step = -1;       // of a delta
+  int world_size = 1;
+  uint64_t manifest_xxh3 = 0;   // the manifest's own checksum (ckpt/catalog.h)
+  bool compacted = false;       // a compaction of the delta whose manifest had:
+  uint64_t compacted_from_manifest_xxh3 = 0;
+  struct File {
+    std::string name;
+    uint64_t bytes = 0;
+    uint64_t xxh3 = 0;  // XXH3-64 of the whole file
+  };
+  std::vector<File> files;
+  std::string uploaded_by;  // "host pid N"
+  int64_t uploaded_unix_ns = 0;
+};
+
+// The marker's bytes: JSON, then a line "xxh3 <16 hex digits>" of the JSON.
+std::string SerializeCommitMarker(const CommitMarker& marker);
+// kDataLoss naming `what` for a marker that fails its checksum or bounds
+// (file names must be plain names; sizes below 2^50; at most 1M files).
+absl::StatusOr<CommitMarker> ParseCommitMarker(absl::string_view text, absl::string_view what);
+
+// "P/step-<20 digits>" (P may be empty: then no leading '/').
+std::string StepPrefix(absl::string_view prefix, int64_t step);
+std::string MarkerKey(absl::string_view prefix, int64_t step);
+
+// The marker of `step` under `prefix`, or nullopt if it has none.
+absl::StatusOr<std::optional<CommitMarker>> ReadCommitMarker(ObjectStore& store,
+                                                             absl::string_view prefix,
+                                                             int64_t step);
+// Steps under `prefix` that have a marker, ascending (one paginated LIST).
+absl::StatusOr<std::vector<int64_t>> ListCommittedSteps(ObjectStore& store,
+                                                        absl::string_view prefix);
+
+struct PublishOptions {
+  // Requests in flight at once (uploads, then read-back GETs).
+  int streams = 8;
+  // Files larger than this go up as a multipart upload of parts this size;
+  // it is also the size of one read-back GET. Memory: streams * part_bytes.
+  uint64_t part_bytes = uint64_t{16} << 20;
+  std::shared_ptr<FileSystem> fs;  // of `root` (null: PosixFileSystem())
+};
+
+struct PublishStats {
+  bool already_there = false;  // an earlier run had published it: nothing sent
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+  uint64_t requests = 0;  // PUT/POST/GET requests this call made
+  // Parts of an interrupted run's multipart upload found on the server with
+  // the local bytes' MD5, and so not sent again.
+  uint64_t parts_resumed = 0;
+};
+
+// Publishes committed checkpoint `step` of the local `root` under `prefix`:
+// (1) if a marker exists: the same checkpoint (its manifest checksum, or a
+// compaction of it) is OK with `already_there`; another is kAlreadyExists;
+// (2) a delta's base must have a marker (else kFailedPrecondition);
+// (3) of the multipart uploads an interrupted run left under the step, the
+// newest of each file is resumed -- its parts whose size and ETag (MD5) match
+// the local bytes are kept, not sent again -- and the others aborted;
+// (4) every file is uploaded (multipart above `part_bytes`), `streams` at a
+// time, each with its CRC32C for the server to check;
+// (5) every object is read back and compared with the local file (size and
+// XXH3); one that differs is uploaded and checked once more, then kDataLoss
+// naming the key;
+// (6) the marker is written with `If-None-Match: *`; if one appeared
+// meanwhile (or our write's response was lost), it is read: ours is OK,
+// another is kAlreadyExists.
+// On any failure no marker exists for the step (the objects uploaded so far
+// are invisible, and the next call overwrites them). REQUIRES: the caller
+// holds the prefix's lease (`ObjectLease`), so no one else writes the step.
+absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t step,
+                                               ObjectStore& store, absl::string_view prefix,
+                                               const PublishOptions& options);
+
+// Removes what dead jobs left under `prefix`: multipart uploads of keys under
+// `P/step-*/` -- of committed steps all, of others those initiated more than
+// `stale_upload_age` ago (younger ones a rerun resumes) -- and objects of
+// steps without a marker that carry ckpt's upload metadata
+// (`x-amz-meta-ckpt-xxh3`) -- never anything uploaded by other means.
+struct ObjectReclaimStats {
+  uint64_t uploads_aborted = 0;
+  uint64_t objects_deleted = 0;
+};
+absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(
+    ObjectStore& store, absl::string_view prefix,
+    absl::Duration stale_upload_age = absl::Hours(24));
+
+// One job at a time per prefix, as flock does for a directory: the lease is
+// the object `P/.ckpt-retain.lease`, created with `If-None-Match: *` and
+// holding who took it and until when. A lease past its expiry is taken over
+// (a job that died). Deleted when this object is destroyed.
+class ObjectLease {
+ public:
+  // kUnavailable naming the holder and its expiry while another job holds it.
+  static absl::StatusOr<std::unique_ptr<ObjectLease>> Acquire(std::shared_ptr<ObjectStore> store,
+                                                              absl::string_view prefix,
+                                                              absl::string_view owner,
+                                                              absl::Duration duration);
+  ~ObjectLease();
+  const std::string& key() const { return key_; }
+
+ private:
+  ObjectLease(std::shared_ptr<ObjectStore> store, std::string key, std::string body)
+      : store_(std::move(store)), key_(std::move(key)), body_(std::move(body)) {}
+  std::shared_ptr<ObjectStore> store_;
+  std::string key_;
+  std::string body_;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_OBJECT_TIER_H_

@@ -1,0 +1,129 @@
+// ObjectLease and ReclaimObjectOrphans (ckpt/object_tier.h).
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "ckpt/object_tier.h"
+#include "format/names.h"
+#include "util/log.h"
+#include "util/status_macros.h"
+
+namespace ckpt {
+namespace {
+
+using internal::Log;
+using internal::LogLevel;
+
+std::string LeaseKey(absl::string_view prefix) {
+  return prefix.empty() ? std::string(".ckpt-retain.lease") : absl::StrCat(prefix, "/.ckpt-retain.lease");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_ptr<ObjectStore> store,
+                                                                  absl::string_view prefix,
+                                                                  absl::string_view owner,
+                                                                  absl::Duration duration) {
+  const std::string key = LeaseKey(prefix);
+  absl::BitGen gen;
+  nlohmann::ordered_json j;
+  j["owner"] = std::string(owner);
+  j["nonce"] = absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
+  j["expires_unix_ns"] = absl::ToUnixNanos(absl::Now() + duration);
+  const std::string body = j.dump();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto put = store->Put(key, body, {true, {}});
+    if (put.ok()) return std::unique_ptr<ObjectLease>(new ObjectLease(store, key, body));
+    if (!absl::IsAlreadyExists(put.status())) return put.status();
+    auto held = store->Get(key);
+    if (!held.ok()) {
+      if (absl::IsNotFound(held.status())) continue;  // released meanwhile: try again
+      return held.status();
+    }
+    // Our own write, its response lost and the retry refused.
+    if (*held == body) return std::unique_ptr<ObjectLease>(new ObjectLease(store, key, body));
+    nlohmann::json h = nlohmann::json::parse(*held, nullptr, false);
+    const std::string holder = h.is_object() ? h.value("owner", "?") : "?";
+    const int64_t expires = h.is_object() ? h.value("expires_unix_ns", int64_t{0}) : 0;
+    if (absl::FromUnixNanos(expires) > absl::Now()) {
+      return absl::UnavailableError(absl::StrCat(
+          "s3://", store->bucket(), "/", key, " is held by ", holder, " until ",
+          absl::FormatTime(absl::FromUnixNanos(expires), absl::UTCTimeZone()),
+          ": another ckpt-retain job is working on this prefix; run again after it finishes"));
+    }
+    Log(LogLevel::kWarning, absl::StrCat("taking over the expired lease s3://", store->bucket(), "/",
+                                         key, " of ", holder));
+    CKPT_RETURN_IF_ERROR(store->Delete(key));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("s3://", store->bucket(), "/", key, ": lease contended; run again"));
+}
+
+ObjectLease::~ObjectLease() {
+  // Only our own lease is removed (one taken over after it expired is not).
+  // (Read twice before giving up: a body damaged on the way must not leave
+  // our lease behind for its whole duration.)
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto held = store_->Get(key_);
+    if (!held.ok() && absl::IsNotFound(held.status())) return;
+    if (held.ok() && *held == body_) {
+      absl::Status s = store_->Delete(key_);
+      if (!s.ok()) Log(LogLevel::kWarning, absl::StrCat("releasing lease: ", s.message()));
+      return;
+    }
+  }
+  Log(LogLevel::kWarning, absl::StrCat("lease s3://", store_->bucket(), "/", key_,
+                                       " is not ours any more (or unreadable); left in place"));
+}
+
+absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(ObjectStore& store, absl::string_view prefix,
+                                                        absl::Duration stale_upload_age) {
+  ObjectReclaimStats stats;
+  const std::string dir = prefix.empty() ? "" : absl::StrCat(prefix, "/");
+  auto step_of = [&](absl::string_view key) -> std::optional<int64_t> {
+    if (!absl::ConsumePrefix(&key, dir)) return std::nullopt;
+    const size_t slash = key.find('/');
+    if (slash == absl::string_view::npos) return std::nullopt;
+    return internal::ParseCheckpointDirName(key.substr(0, slash));
+  };
+  CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> committed, ListCommittedSteps(store, prefix));
+  const std::set<int64_t> marked(committed.begin(), committed.end());
+  CKPT_ASSIGN_OR_RETURN(std::vector<MultipartUploadInfo> uploads, store.ListMultipartUploads(dir));
+  const absl::Time now = absl::Now();
+  for (const MultipartUploadInfo& u : uploads) {
+    auto step = step_of(u.key);
+    if (!step.has_value()) continue;
+    if (marked.count(*step) == 0) {
+      // An unfinished step: its upload is resumed by the next publish
+      // unless it is old (an unparsable time counts as old).
+      absl::Time initiated;
+      std::string error;
+      if (absl::ParseTime(absl::RFC3339_full, u.initiated, &initiated, &error) &&
+          now - initiated < stale_upload_age) {
+        continue;
+      }
+    }
+    CKPT_RETURN_IF_ERROR(store.AbortMultipartUpload(u.key, u.upload_id));
+    ++stats.uploads_aborted;
+  }
+  CKPT_ASSIGN_OR_RETURN(ObjectListing all, store.List(dir, ""));
+  for (const ObjectInfo& o : all.objects) {
+    auto step = step_of(o.key);
+    if (!step.has_value() || marked.count(*step) > 0) continue;
+    // Only what ckpt uploaded (it tags every object); never a hand copy.
+    CKPT_ASSIGN_OR_RETURN(ObjectInfo head, store.Head(o.key));
+    if (head.metadata.count("ckpt-xxh3") == 0) continue;
+    CKPT_RETURN_IF_ERROR(store.Delete(o.key));
+    ++stats.objects_deleted;
+  }
+  return stats;
+}
+
+}  // namespace ckpt

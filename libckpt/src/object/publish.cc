@@ -1,0 +1,451 @@
+// PublishCheckpoint: one committed local checkpoint into a bucket, under the
+// commit protocol of ckpt/object_tier.h.
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "ckpt/catalog.h"
+#include "ckpt/object_tier.h"
+#include "util/hash.h"
+#include "util/log.h"
+#include "util/path.h"
+#include "util/status_macros.h"
+#include "object/crc32c.h"
+#include "util/worker_pool.h"
+
+namespace ckpt {
+namespace {
+
+using internal::Log;
+using internal::LogLevel;
+using internal::Annotate;
+using internal::WorkerPool;
+
+struct LocalFile {
+  std::string name;
+  std::string path;
+  std::string key;
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;
+};
+
+// The first error of many workers.
+class FirstError {
+ public:
+  void Note(const absl::Status& s) {
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_.ok()) status_ = s;
+  }
+  absl::Status Get() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  absl::Status status_;  // GUARDED_BY(mu_)
+};
+
+std::string Identity() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, " pid ", getpid());
+}
+
+absl::StatusOr<std::unique_ptr<File>> OpenForRead(FileSystem& fs, const std::string& path) {
+  OpenOptions o;
+  o.regular_only = true;
+  return fs.Open(path, o);
+}
+
+// Size and XXH3 of the local file, read once in `piece` pieces.
+absl::Status HashLocal(FileSystem& fs, LocalFile& f, uint64_t piece) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file, OpenForRead(fs, f.path));
+  internal::Xxh3Stream hash;
+  std::vector<char> buf(piece);
+  uint64_t offset = 0;
+  for (;;) {
+    CKPT_ASSIGN_OR_RETURN(size_t n, file->ReadAt(offset, std::span<char>(buf)));
+    hash.Update(buf.data(), n);
+    offset += n;
+    if (n < buf.size()) break;
+  }
+  f.bytes = offset;
+  f.xxh3 = hash.Digest();
+  return file->Close();
+}
+
+// Reads `bytes` at `offset` of the local file into `buf`; a file that got
+// shorter since it was hashed is kDataLoss.
+absl::Status ReadPiece(FileSystem& fs, const LocalFile& f, uint64_t offset, std::vector<char>& buf) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file, OpenForRead(fs, f.path));
+  CKPT_ASSIGN_OR_RETURN(size_t n, file->ReadAt(offset, std::span<char>(buf)));
+  if (n != buf.size()) {
+    return absl::DataLossError(absl::StrCat(f.path, " changed while it was being uploaded"));
+  }
+  return file->Close();
+}
+
+// One unit of upload work: a whole small file, or one part of a large one.
+struct UploadTask {
+  LocalFile* file;
+  std::string upload_id;  // empty: a single PutObject
+  int part = 0;           // 1-based
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  std::string held_etag;  // the server holds this part already (resumed), if it matches
+};
+
+// The ETag S3 gives a part: the MD5 of its bytes, hex, quoted.
+std::string PartEtag(std::span<const char> data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), md, &n, EVP_md5(), nullptr);
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (unsigned int i = 0; i < n; ++i) {
+    out.push_back(kDigits[md[i] >> 4]);
+    out.push_back(kDigits[md[i] & 15]);
+  }
+  out.push_back('"');
+  return out;
+}
+
+std::string Unquoted(absl::string_view etag) {
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, etag.size() - 2);
+  return std::string(etag);
+}
+
+class Publisher {
+ public:
+  Publisher(FileSystem& fs, ObjectStore& store, const PublishOptions& options)
+      : fs_(fs), store_(store), options_(options),
+        pool_(std::max(1, options.streams), "ckpt-upload", 0) {}
+
+  // Uploads `files` (all of them, or again the ones named by `only`).
+  absl::Status Upload(std::vector<LocalFile*> files) {
+    std::vector<UploadTask> tasks;
+    std::vector<std::pair<LocalFile*, std::string>> multipart;
+    absl::Status status;
+    for (LocalFile* f : files) {
+      if (f->bytes <= options_.part_bytes) {
+        tasks.push_back(UploadTask{f, "", 0, 0, f->bytes});
+        continue;
+      }
+      // An interrupted run's upload of this file: resumed from the parts
+      // the server holds (each checked against the local bytes' MD5).
+      std::map<int, PartInfo> held;
+      absl::StatusOr<std::string> id = absl::NotFoundError("");
+      if (auto r = resume_.find(f->key); r != resume_.end()) {
+        auto parts = store_.ListParts(f->key, r->second);
+        ++requests_;
+        if (parts.ok()) {
+          id = r->second;
+          for (const PartInfo& p : *parts) held[p.number] = p;
+        } else {
+          (void)store_.AbortMultipartUpload(f->key, r->second);
+        }
+        resume_.erase(r);
+      }
+      if (!id.ok()) {
+        id = store_.CreateMultipartUpload(f->key, {false, Metadata(*f)});
+        ++requests_;
+      }
+      if (!id.ok()) {
+        status = id.status();
+        break;
+      }
+      multipart.emplace_back(f, *id);
+      int part = 1;
+      for (uint64_t off = 0; off < f->bytes; off += options_.part_bytes, ++part) {
+        const uint64_t bytes = std::min(options_.part_bytes, f->bytes - off);
+        auto h = held.find(part);
+        tasks.push_back(UploadTask{f, *id, part, off, bytes,
+                                   h != held.end() && h->second.size == bytes ? h->second.etag : ""});
+      }
+    }
+    std::vector<UploadedPart> parts(tasks.size());
+    FirstError error;
+    error.Note(status);
+    if (status.ok()) {
+      pool_.ParallelFor(tasks.size(), [&](size_t i) {
+        if (!error.Get().ok()) return;
+        const UploadTask& t = tasks[i];
+        std::vector<char> buf(t.bytes);
+        absl::Status s = ReadPiece(fs_, *t.file, t.offset, buf);
+        if (s.ok() && !t.held_etag.empty() && Unquoted(PartEtag(buf)) == Unquoted(t.held_etag)) {
+          parts[i] = UploadedPart{t.part, t.held_etag, internal::Crc32cBase64(internal::Crc32c(buf))};
+          ++resumed_;
+          return;  // the server has these bytes: not sent again
+        }
+        if (s.ok() && t.upload_id.empty()) {
+          s = store_.Put(t.file->key, buf, {false, Metadata(*t.file)}).status();
+        } else if (s.ok()) {
+          auto part = store_.UploadPart(t.file->key, t.upload_id, t.part, buf);
+          if (part.ok()) parts[i] = *part;
+          s = part.status();
+        }
+        ++requests_;
+        error.Note(s);
+      });
+    }
+    for (const auto& [f, id] : multipart) {
+      if (error.Get().ok()) {
+        std::vector<UploadedPart> mine;
+        for (size_t i = 0; i < tasks.size(); ++i) {
+          if (tasks[i].file == f) mine.push_back(parts[i]);
+        }
+        error.Note(store_.CompleteMultipartUpload(f->key, id, mine, false).status());
+        ++requests_;
+      }
+      // (A failed upload stays on the server: the next run resumes it, or
+      // ReclaimObjectOrphans aborts it once stale.)
+    }
+    return error.Get();
+  }
+
+  // Reads every object back; returns those whose size or XXH3 differ from
+  // the local file's.
+  absl::StatusOr<std::vector<LocalFile*>> Verify(std::vector<LocalFile*> files) {
+    std::vector<char> differs(files.size(), 0);
+    FirstError error;
+    pool_.ParallelFor(files.size(), [&](size_t i) {
+      const LocalFile& f = *files[i];
+      // One byte more than the file: a short answer ends the loop, no extra GET
+      // past the end (for a file that fits one GET).
+      std::vector<char> buf(std::min<uint64_t>(options_.part_bytes, f.bytes + 1));
+      internal::Xxh3Stream hash;
+      uint64_t offset = 0;
+      for (;;) {
+        auto n = store_.GetRange(f.key, offset, std::span<char>(buf));
+        ++requests_;
+        if (!n.ok()) {
+          error.Note(n.status());
+          return;
+        }
+        hash.Update(buf.data(), *n);
+        offset += *n;
+        if (*n < buf.size() || offset > f.bytes) break;
+      }
+      if (offset != f.bytes || hash.Digest() != f.xxh3) {
+        Log(LogLevel::kWarning,
+            absl::StrCat("s3://", store_.bucket(), "/", f.key, " read back as ", offset,
+                         " bytes with xxh3 ", internal::HashToHex(hash.Digest()), ", not ", f.bytes,
+                         " bytes with xxh3 ", internal::HashToHex(f.xxh3)));
+        differs[i] = 1;
+      }
+    });
+    CKPT_RETURN_IF_ERROR(error.Get());
+    std::vector<LocalFile*> bad;
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (differs[i]) bad.push_back(files[i]);
+    }
+    return bad;
+  }
+
+  uint64_t requests() const { return requests_; }
+  uint64_t resumed() const { return resumed_; }
+  // Uploads (key -> id) to resume rather than start.
+  void Resume(std::map<std::string, std::string> uploads) { resume_ = std::move(uploads); }
+  WorkerPool& pool() { return pool_; }
+
+ private:
+  static std::map<std::string, std::string> Metadata(const LocalFile& f) {
+    return {{"ckpt-xxh3", internal::HashToHex(f.xxh3)}};
+  }
+
+  FileSystem& fs_;
+  ObjectStore& store_;
+  const PublishOptions& options_;
+  WorkerPool pool_;
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> resumed_{0};
+  std::map<std::string, std::string> resume_;  // the calling thread's
+};
+
+bool SameCheckpoint(const CommitMarker& m, const CheckpointSummary& hot) {
+  const uint64_t hot_identity = hot.compacted ? hot.compacted_from_manifest_xxh3 : hot.manifest_xxh3;
+  return m.manifest_xxh3 == hot.manifest_xxh3 ||
+         (m.compacted && m.compacted_from_manifest_xxh3 == hot_identity);
+}
+
+}  // namespace
+
+absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t step,
+                                               ObjectStore& store, absl::string_view prefix,
+                                               const PublishOptions& options) {
+  std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
+  if (options.part_bytes == 0) return absl::InvalidArgumentError("PublishOptions::part_bytes is 0");
+  CKPT_ASSIGN_OR_RETURN(CheckpointSummary hot, SummarizeCheckpoint(root, step, fs));
+  if (!hot.manifest_status.ok()) return hot.manifest_status;
+  const std::string where = absl::StrCat("s3://", store.bucket(), "/", StepPrefix(prefix, step));
+  PublishStats stats;
+
+  // (1) Published before (by an interrupted run)?
+  auto read = ReadCommitMarker(store, prefix, step);
+  ++stats.requests;
+  // A marker that fails its own checksum commits nothing (readers skip the
+  // step as damaged): it is replaced below, from the local copy.
+  const bool damaged_marker = absl::IsDataLoss(read.status());
+  if (!read.ok() && !damaged_marker) return read.status();
+  if (damaged_marker) {
+    Log(LogLevel::kWarning, absl::StrCat(read.status().message(), "; publishing step ", step,
+                                         " again over it"));
+  }
+  std::optional<CommitMarker> existing = read.ok() ? *read : std::nullopt;
+  if (existing.has_value()) {
+    if (!SameCheckpoint(*existing, hot)) {
+      return absl::AlreadyExistsError(absl::StrCat(where, " is committed and holds another checkpoint"));
+    }
+    stats.already_there = true;
+    // Uploads left under a committed step are no one's: abort them.
+    auto left = store.ListMultipartUploads(StepPrefix(prefix, step) + "/");
+    if (left.ok()) {
+      for (const MultipartUploadInfo& u : *left) (void)store.AbortMultipartUpload(u.key, u.upload_id);
+    }
+    return stats;
+  }
+  // (2) A chain is whole in the bucket: the base first.
+  if (hot.kind == CheckpointKind::kDelta) {
+    CKPT_ASSIGN_OR_RETURN(std::optional<CommitMarker> base,
+                          ReadCommitMarker(store, prefix, hot.base_step));
+    ++stats.requests;
+    if (!base.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "delta step ", step, " cannot be published before its base step ", hot.base_step,
+          " (no commit marker for it under s3://", store.bucket(), "/", prefix, ")"));
+    }
+  }
+  // (3) Uploads a dead job left for this step.
+  CKPT_ASSIGN_OR_RETURN(std::vector<MultipartUploadInfo> stale,
+                        store.ListMultipartUploads(StepPrefix(prefix, step) + "/"));
+  // Per key the newest is resumed (ISO 8601 times sort as strings), the
+  // others aborted.
+  std::map<std::string, MultipartUploadInfo> newest;
+  for (const MultipartUploadInfo& u : stale) {
+    auto [it, fresh] = newest.emplace(u.key, u);
+    if (fresh) continue;
+    const MultipartUploadInfo& older = u.initiated < it->second.initiated ? u : it->second;
+    CKPT_RETURN_IF_ERROR(store.AbortMultipartUpload(older.key, older.upload_id));
+    if (&older == &it->second) it->second = u;
+  }
+  std::map<std::string, std::string> resume;
+  for (const auto& [key, u] : newest) resume[key] = u.upload_id;
+  // Objects already under the step: a dead job's (tagged by ckpt) are
+  // overwritten; anything else was put there by other means and is not ours
+  // to replace.
+  CKPT_ASSIGN_OR_RETURN(ObjectListing present, store.List(StepPrefix(prefix, step) + "/", ""));
+  for (const ObjectInfo& o : present.objects) {
+    CKPT_ASSIGN_OR_RETURN(ObjectInfo head, store.Head(o.key));
+    if (head.metadata.count("ckpt-xxh3") == 0) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "s3://", store.bucket(), "/", o.key,
+          " exists without a commit marker and was not uploaded by ckpt; not overwriting it"));
+    }
+  }
+
+  // The local files, hashed.
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(hot.dir));
+  std::sort(names.begin(), names.end());
+  std::vector<LocalFile> files;
+  for (const std::string& name : names) {
+    LocalFile f;
+    f.name = name;
+    f.path = internal::JoinPath(hot.dir, name);
+    f.key = absl::StrCat(StepPrefix(prefix, step), "/", name);
+    CKPT_ASSIGN_OR_RETURN(FileStat st, fs->Stat(f.path));
+    if (st.is_directory || st.is_symlink) {
+      return absl::UnimplementedError(
+          absl::StrCat(f.path, ": only plain files can be published to a bucket"));
+    }
+    files.push_back(std::move(f));
+  }
+  Publisher publisher(*fs, store, options);
+  publisher.Resume(std::move(resume));
+  FirstError hashed;
+  publisher.pool().ParallelFor(files.size(), [&](size_t i) {
+    hashed.Note(HashLocal(*fs, files[i], std::min<uint64_t>(options.part_bytes, 8 << 20)));
+  });
+  CKPT_RETURN_IF_ERROR(hashed.Get());
+  std::vector<LocalFile*> all;
+  for (LocalFile& f : files) all.push_back(&f);
+
+  // (4) Upload, (5) read back; what differs goes up once more.
+  absl::Status uploaded = publisher.Upload(all);
+  if (!uploaded.ok()) return Annotate(uploaded, absl::StrCat("publishing step ", step, " to ", where));
+  auto bad = publisher.Verify(all);
+  if (bad.ok() && !bad->empty()) {
+    CKPT_RETURN_IF_ERROR(publisher.Upload(*bad));
+    bad = publisher.Verify(*bad);
+  }
+  if (!bad.ok()) return Annotate(bad.status(), absl::StrCat("reading back step ", step, " from ", where));
+  if (!bad->empty()) {
+    return absl::DataLossError(absl::StrCat(
+        "s3://", store.bucket(), "/", (*bad)[0]->key,
+        " does not read back as uploaded (twice); no commit marker written for step ", step));
+  }
+
+  // (6) The marker, last.
+  CommitMarker marker;
+  marker.step = step;
+  marker.delta = hot.kind == CheckpointKind::kDelta;
+  marker.base_step = marker.delta ? hot.base_step : -1;
+  marker.world_size = hot.world_size;
+  marker.manifest_xxh3 = hot.manifest_xxh3;
+  marker.compacted = hot.compacted;
+  marker.compacted_from_manifest_xxh3 = hot.compacted_from_manifest_xxh3;
+  for (const LocalFile& f : files) {
+    marker.files.push_back(CommitMarker::File{f.name, f.bytes, f.xxh3});
+    stats.bytes += f.bytes;
+  }
+  stats.files = files.size();
+  marker.uploaded_by = Identity();
+  marker.uploaded_unix_ns = absl::ToUnixNanos(absl::Now());
+  const std::string text = SerializeCommitMarker(marker);
+  const std::string marker_key = MarkerKey(prefix, step);
+  auto put = store.Put(marker_key, text, {!damaged_marker, {}});
+  if (!put.ok()) {
+    if (!absl::IsAlreadyExists(put.status())) return put.status();
+    // Someone's marker (or ours, its response lost): the same checkpoint?
+    auto there = ReadCommitMarker(store, prefix, step);
+    if (there.ok() && (!there->has_value() || !SameCheckpoint(**there, hot))) {
+      return absl::AlreadyExistsError(absl::StrCat(where, " was committed meanwhile with another checkpoint"));
+    }
+    if (!there.ok() && !absl::IsDataLoss(there.status())) return there.status();
+  }
+  // The marker too is read back: a store that keeps a damaged body (one
+  // that checks no checksum) must not leave the step looking committed but
+  // unreadable. Ours, damaged, is written again; twice damaged is kDataLoss.
+  for (int attempt = 0;; ++attempt) {
+    auto back = store.Get(marker_key);
+    stats.requests += 2;
+    if (back.ok() && *back == text) break;
+    if (back.ok()) {
+      auto parsed = ParseCommitMarker(*back, marker_key);
+      if (parsed.ok() && SameCheckpoint(*parsed, hot)) break;  // ours, from a lost-response retry
+      if (parsed.ok()) {
+        return absl::AlreadyExistsError(absl::StrCat(where, " was committed meanwhile with another checkpoint"));
+      }
+    } else if (!absl::IsNotFound(back.status())) {
+      return back.status();
+    }
+    if (attempt == 1) {
+      return absl::DataLossError(absl::StrCat("s3://", store.bucket(), "/", marker_key,
+                                              " does not read back as written (twice)"));
+    }
+    CKPT_RETURN_IF_ERROR(store.Put(marker_key, text, {false, {}}).status());
+  }
+  stats.requests += publisher.requests();
+  stats.parts_resumed = publisher.resumed();
+  return stats;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,437 @@
+// The S3 client: SigV4 against AWS's published examples, CRC32C, XML,
+// configuration, and every ObjectStore call against moto's S3 server.
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "ckpt/object_store.h"
+#include "gtest/gtest.h"
+#include "moto_server.h"
+#include "object/crc32c.h"
+#include "object/credentials.h"
+#include "object/s3_xml.h"
+#include "object/sigv4.h"
+
+namespace ckpt {
+namespace {
+
+using internal::SigningInput;
+
+// The examples of "Signature Calculations for the Authorization Header"
+// (AWS S3 API reference, sig-v4-header-based-auth): bucket examplebucket,
+// 2013-05-24, us-east-1.
+const ObjectCredentials kExampleKey{"AKIAIOSFODNN7EXAMPLE",
+                                    "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ""};
+constexpr char kEmptySha[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+constexpr char kDate[] = "20130524T000000Z";
+
+std::string SignatureOf(const std::string& authorization) {
+  return authorization.substr(authorization.find("Signature=") + 10);
+}
+
+TEST(SigV4Test, AwsExampleGetObjectWithRange) {
+  SigningInput in{"GET", "examplebucket.s3.amazonaws.com", "/test.txt", {},
+                  {{"Range", "bytes=0-9"}, {"x-amz-content-sha256", kEmptySha},
+                   {"x-amz-date", kDate}},
+                  kEmptySha};
+  const std::string auth = internal::SignV4(in, kExampleKey, "us-east-1", "s3", kDate);
+  EXPECT_EQ(auth,
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,"
+            "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,"
+            "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
+}
+
+TEST(SigV4Test, AwsExamplePutObject) {
+  const std::string body = "Welcome to Amazon S3.";
+  const std::string sha = internal::Sha256Hex(body);
+  EXPECT_EQ(sha, "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
+  SigningInput in{"PUT", "examplebucket.s3.amazonaws.com",
+                  "/" + internal::UriEncode("test$file.text", false), {},
+                  {{"Date", "Fri, 24 May 2013 00:00:00 GMT"}, {"x-amz-content-sha256", sha},
+                   {"x-amz-date", kDate}, {"x-amz-storage-class", "REDUCED_REDUNDANCY"}},
+                  sha};
+  EXPECT_EQ(in.path, "/test%24file.text");
+  EXPECT_EQ(SignatureOf(internal::SignV4(in, kExampleKey, "us-east-1", "s3", kDate)),
+            "98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ece108bd");
+}
+
+TEST(SigV4Test, AwsExampleGetBucketLifecycleValuelessQuery) {
+  SigningInput in{"GET", "examplebucket.s3.amazonaws.com", "/", {{"lifecycle", ""}},
+                  {{"x-amz-content-sha256", kEmptySha}, {"x-amz-date", kDate}}, kEmptySha};
+  EXPECT_EQ(SignatureOf(internal::SignV4(in, kExampleKey, "us-east-1", "s3", kDate)),
+            "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543");
+}
+
+TEST(SigV4Test, AwsExampleListObjectsSortsQuery) {
+  SigningInput in{"GET", "examplebucket.s3.amazonaws.com", "/", {{"prefix", "J"}, {"max-keys", "2"}},
+                  {{"x-amz-content-sha256", kEmptySha}, {"x-amz-date", kDate}}, kEmptySha};
+  EXPECT_EQ(SignatureOf(internal::SignV4(in, kExampleKey, "us-east-1", "s3", kDate)),
+            "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7");
+}
+
+TEST(SigV4Test, UriEncodeKeepsUnreservedOnly) {
+  EXPECT_EQ(internal::UriEncode("a b/c~d_e.f-g+h=i", false), "a%20b/c~d_e.f-g%2Bh%3Di");
+  EXPECT_EQ(internal::UriEncode("a/b", true), "a%2Fb");
+  EXPECT_EQ(internal::AmzDate(1369353600), kDate);
+}
+
+TEST(Crc32cTest, Rfc3720Vectors) {
+  std::string zeros(32, '\0'), ones(32, '\xff'), inc(32, '\0');
+  for (int i = 0; i < 32; ++i) inc[i] = static_cast<char>(i);
+  EXPECT_EQ(internal::Crc32c(zeros), 0x8A9136AAu);
+  EXPECT_EQ(internal::Crc32c(ones), 0x62A8AB43u);
+  EXPECT_EQ(internal::Crc32c(inc), 0x46DD794Eu);
+  EXPECT_EQ(internal::Crc32c(std::string("123456789")), 0xE3069283u);
+  // Continuing a checksum equals checksumming the whole.
+  EXPECT_EQ(internal::Crc32c(std::string("6789"), internal::Crc32c(std::string("12345"))),
+            0xE3069283u);
+  EXPECT_EQ(internal::Crc32cBase64(0xE3069283u), "4waSgw==");
+}
+
+TEST(S3XmlTest, ParsesListingAndRefusesMalformed) {
+  auto xml = internal::ParseXml(
+      "<?xml version=\"1.0\"?><ListBucketResult xmlns=\"http://s3\"><IsTruncated>false"
+      "</IsTruncated><Contents><Key>a&amp;b</Key><Size>3</Size></Contents></ListBucketResult>",
+      "test");
+  ASSERT_TRUE(xml.ok()) << xml.status();
+  EXPECT_EQ(xml->name, "ListBucketResult");
+  EXPECT_EQ(xml->Child("Contents")->ChildText("Key"), "a&b");
+  EXPECT_EQ(internal::ParseXml("<a><b></a>", "test").status().code(), absl::StatusCode::kDataLoss);
+  std::string deep;
+  for (int i = 0; i < 100; ++i) deep += "<a>";
+  for (int i = 0; i < 100; ++i) deep += "</a>";
+  EXPECT_EQ(internal::ParseXml(deep, "test").status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(ObjectUrlTest, ParsesAndRefuses) {
+  auto url = ParseObjectUrl("s3://my-bucket/runs/a/");
+  ASSERT_TRUE(url.ok());
+  EXPECT_EQ(url->bucket, "my-bucket");
+  EXPECT_EQ(url->prefix, "runs/a");
+  EXPECT_FALSE(ParseObjectUrl("s3://Bad_Bucket/x").ok());
+  EXPECT_FALSE(ParseObjectUrl("/local/dir").ok());
+  EXPECT_TRUE(IsObjectUrl("s3://b/p"));
+  EXPECT_FALSE(IsObjectUrl("/s3://b"));
+}
+
+// Configuration the way the AWS tools take it.
+class ConfigTest : public ::testing::Test {
+ protected:
+  std::map<std::string, std::string> env_;
+  internal::EnvLookup Lookup() {
+    return [this](const char* name) -> const char* {
+      auto it = env_.find(name);
+      return it == env_.end() ? nullptr : it->second.c_str();
+    };
+  }
+  std::string WriteFile(const std::string& name, const std::string& text) {
+    const std::string path = ::testing::TempDir() + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+};
+
+TEST_F(ConfigTest, EnvironmentWinsOverProfile) {
+  env_["AWS_ACCESS_KEY_ID"] = "AK";
+  env_["AWS_SECRET_ACCESS_KEY"] = "SK";
+  env_["AWS_SESSION_TOKEN"] = "TOK";
+  env_["AWS_REGION"] = "eu-west-1";
+  env_["AWS_SHARED_CREDENTIALS_FILE"] =
+      WriteFile("creds1", "[default]\naws_access_key_id = P\naws_secret_access_key = Q\n");
+  auto c = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->credentials.access_key_id, "AK");
+  EXPECT_EQ(c->credentials.session_token, "TOK");
+  EXPECT_EQ(c->region, "eu-west-1");
+  EXPECT_EQ(c->endpoint, "https://s3.eu-west-1.amazonaws.com");
+  EXPECT_FALSE(c->path_style);
+}
+
+TEST_F(ConfigTest, ProfileFromSharedFilesAndCustomEndpointIsPathStyle) {
+  env_["AWS_PROFILE"] = "minio";
+  env_["AWS_SHARED_CREDENTIALS_FILE"] =
+      WriteFile("creds2", "[default]\naws_access_key_id=D\naws_secret_access_key=E\n"
+                          "[minio]\naws_access_key_id = MK\naws_secret_access_key = MS\n");
+  env_["AWS_CONFIG_FILE"] = WriteFile(
+      "config2", "[profile minio]\nregion = auto\nendpoint_url = http://127.0.0.1:9000/\n"
+                 "ca_bundle = /etc/ssl/ca.pem\n");
+  auto c = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->credentials.access_key_id, "MK");
+  EXPECT_EQ(c->region, "auto");
+  EXPECT_EQ(c->endpoint, "http://127.0.0.1:9000");
+  EXPECT_TRUE(c->path_style);
+  EXPECT_EQ(c->ca_bundle, "/etc/ssl/ca.pem");
+  env_["AWS_ENDPOINT_URL_S3"] = "https://s3.example";
+  env_["AWS_ENDPOINT_URL"] = "https://other.example";
+  EXPECT_EQ(internal::ResolveConfig({}, Lookup())->endpoint, "https://s3.example");
+}
+
+TEST_F(ConfigTest, CredentialProcessOfTheProfile) {
+  env_["AWS_PROFILE"] = "sso";
+  env_["AWS_SHARED_CREDENTIALS_FILE"] = "/nonexistent";
+  env_["AWS_CONFIG_FILE"] = WriteFile(
+      "config3",
+      "[profile sso]\ncredential_process = printf '{\"Version\": 1, \"AccessKeyId\": \"PK\", "
+      "\"SecretAccessKey\": \"PS\", \"SessionToken\": \"PT\"}'\n");
+  auto c = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->credentials.access_key_id, "PK");
+  EXPECT_EQ(c->credentials.session_token, "PT");
+  env_["AWS_CONFIG_FILE"] = WriteFile("config4", "[profile sso]\ncredential_process = false\n");
+  auto failed = internal::ResolveConfig({}, Lookup());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(failed.status().message(), "credential_process")) << failed.status();
+}
+
+TEST_F(ConfigTest, NoCredentialsSaysWhereItLooked) {
+  env_["HOME"] = "/nonexistent";
+  auto c = internal::ResolveConfig({}, Lookup());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "AWS_ACCESS_KEY_ID")) << c.status();
+}
+
+// Against moto.
+class S3StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bucket_ = ckpt::testing::NewTestBucket();
+    ObjectStoreOptions options = ckpt::testing::SharedMotoServer().Options();
+    options.list_page_size = 3;  // pagination exercised
+    auto store = OpenObjectStore("s3://" + bucket_, options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *store;
+  }
+  std::string bucket_;
+  std::shared_ptr<ObjectStore> store_;
+};
+
+TEST_F(S3StoreTest, PutGetRangeHeadDelete) {
+  std::string data(100000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
+  ASSERT_TRUE(store_->Put("dir/a b+c", data, {false, {{"ckpt-xxh3", "abc"}}}).ok());
+  auto whole = store_->Get("dir/a b+c");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(*whole, data);
+  std::string part(1000, '\0');
+  auto n = store_->GetRange("dir/a b+c", 99500, std::span<char>(part));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 500u);
+  EXPECT_EQ(part.substr(0, 500), data.substr(99500));
+  EXPECT_EQ(*store_->GetRange("dir/a b+c", 100000, std::span<char>(part)), 0u);
+  auto head = store_->Head("dir/a b+c");
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->size, data.size());
+  EXPECT_EQ(head->metadata["ckpt-xxh3"], "abc");
+  ASSERT_TRUE(store_->Delete("dir/a b+c").ok());
+  EXPECT_EQ(store_->Head("dir/a b+c").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store_->Delete("dir/a b+c").ok());
+}
+
+TEST_F(S3StoreTest, MissingKeyErrorNamesBucketKeyStatusAndRequestId) {
+  auto got = store_->Get("no/such");
+  ASSERT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  const std::string message(got.status().message());
+  EXPECT_TRUE(absl::StrContains(message, "s3://" + bucket_ + "/no/such")) << message;
+  EXPECT_TRUE(absl::StrContains(message, "HTTP 404")) << message;
+  EXPECT_TRUE(absl::StrContains(message, "NoSuchKey")) << message;
+  EXPECT_TRUE(absl::StrContains(message, "request id")) << message;
+}
+
+TEST_F(S3StoreTest, ConditionalPutRefusesAnExistingKey) {
+  ASSERT_TRUE(store_->Put("marker", std::string("one"), {true, {}}).ok());
+  auto again = store_->Put("marker", std::string("two"), {true, {}});
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists) << again.status();
+  EXPECT_EQ(*store_->Get("marker"), "one");
+}
+
+TEST_F(S3StoreTest, ListPaginatesAndRollsUpPrefixes) {
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(store_->Put(absl::StrCat("p/f", i), std::string("x"), {}).ok());
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(store_->Put(absl::StrCat("p/d", i, "/x"), std::string("x"), {}).ok());
+  }
+  auto flat = store_->List("p/", "");
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(flat->objects.size(), 13u);
+  auto rolled = store_->List("p/", "/");
+  ASSERT_TRUE(rolled.ok()) << rolled.status();
+  EXPECT_EQ(rolled->objects.size(), 8u);
+  EXPECT_EQ(rolled->prefixes.size(), 5u);
+  EXPECT_EQ(rolled->prefixes[0], "p/d0/");
+}
+
+TEST_F(S3StoreTest, MultipartUploadCompletesListsAndAborts) {
+  std::string a(300000, 'a'), b(1000, 'b');
+  auto id = store_->CreateMultipartUpload("big", {});
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto uploads = store_->ListMultipartUploads("");
+  ASSERT_TRUE(uploads.ok()) << uploads.status();
+  ASSERT_EQ(uploads->size(), 1u);
+  EXPECT_EQ((*uploads)[0].upload_id, *id);
+  std::vector<UploadedPart> parts;
+  for (auto [n, data] : {std::pair{1, &a}, std::pair{2, &b}}) {
+    auto part = store_->UploadPart("big", *id, n, *data);
+    ASSERT_TRUE(part.ok()) << part.status();
+    parts.push_back(*part);
+  }
+  auto done = store_->CompleteMultipartUpload("big", *id, parts, true);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(*store_->Get("big"), a + b);
+  EXPECT_TRUE(store_->ListMultipartUploads("")->empty());
+
+  auto other = store_->CreateMultipartUpload("big2", {});
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(store_->AbortMultipartUpload("big2", *other).ok());
+  EXPECT_TRUE(store_->ListMultipartUploads("")->empty());
+  EXPECT_EQ(store_->Head("big2").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(S3StoreTest, ConnectionRefusedIsRetriedThenUnavailable) {
+  ObjectStoreOptions options = ckpt::testing::SharedMotoServer().Options();
+  options.endpoint = "http://127.0.0.1:1";
+  options.max_attempts = 3;
+  auto store = OpenObjectStore("s3://" + bucket_, options);
+  ASSERT_TRUE(store.ok());
+  auto got = (*store)->Get("x");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "gave up after 3 attempts")) << got.status();
+}
+
+
+// A server that refuses requests dated more than 15 minutes off its clock,
+// as S3 does, saying its time in the Date header.
+class SkewCheckingTransport final : public HttpTransport {
+ public:
+  absl::StatusOr<HttpResponse> Send(const HttpRequest& request) override {
+    ++requests;
+    std::string date;
+    for (const auto& [name, value] : request.headers) {
+      if (name == "x-amz-date") date = value;
+    }
+    const int64_t now = time(nullptr);
+    HttpResponse response;
+    if (date != internal::AmzDate(now) && date != internal::AmzDate(now - 1)) {
+      response.status = 403;
+      response.headers["date"] = absl::FormatTime("%a, %d %b %Y %H:%M:%S GMT",
+                                                   absl::FromUnixSeconds(now), absl::UTCTimeZone());
+      response.body = "<Error><Code>RequestTimeTooSkewed</Code><Message>skewed</Message></Error>";
+      return response;
+    }
+    response.status = 200;
+    response.body = "abc";
+    return response;
+  }
+  int requests = 0;
+};
+
+TEST(ClockSkewTest, RequestTimeTooSkewedIsCorrectedFromTheServersDate) {
+  auto transport = std::make_shared<SkewCheckingTransport>();
+  ObjectStoreOptions options;
+  options.endpoint = "http://127.0.0.1:9";
+  options.credentials = ObjectCredentials{"k", "s", ""};
+  options.transport = transport;
+  options.unix_seconds = [] { return static_cast<int64_t>(time(nullptr)) - 3600; };  // an hour slow
+  auto store = OpenObjectStore("s3://bucket", options);
+  ASSERT_TRUE(store.ok());
+  auto got = (*store)->Get("k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "abc");
+  EXPECT_EQ(transport->requests, 2);
+  ASSERT_TRUE((*store)->Get("k").ok());
+  EXPECT_EQ(transport->requests, 3);  // corrected for good
+}
+
+// On the wire: tests/object_store/fault_proxy.py between the client and moto.
+class WireFaultTest : public S3StoreTest {
+ protected:
+  void SetUp() override {
+    S3StoreTest::SetUp();
+    absl::Status started = proxy_.Start(ckpt::testing::SharedMotoServer().endpoint());
+    ASSERT_TRUE(started.ok()) << started;
+    ObjectStoreOptions options = ckpt::testing::SharedMotoServer().Options();
+    options.endpoint = proxy_.endpoint();
+    options.low_speed_bytes = 1000;
+    options.low_speed_seconds = 1;  // a stall is aborted after 1 s
+    options.max_attempts = 4;
+    auto store = OpenObjectStore("s3://" + bucket_, options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    proxied_ = *store;
+    data_.resize(300000);
+    for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<char>(i * 13 + i / 7);
+    ASSERT_TRUE(store_->Put("obj", data_, {}).ok());
+  }
+  void Fault(const std::string& rule) {
+    auto reply = proxy_.Send("fault " + rule);
+    ASSERT_TRUE(reply.ok() && *reply == "ok") << rule;
+  }
+  int Requests() {
+    auto reply = proxy_.Send("count");
+    return reply.ok() ? std::atoi(reply->c_str()) : -1;
+  }
+  std::string ReadAll() {
+    std::string out(data_.size(), '\0');
+    auto n = proxied_->GetRange("obj", 0, std::span<char>(out));
+    EXPECT_TRUE(n.ok()) << n.status();
+    if (n.ok()) EXPECT_EQ(*n, data_.size());
+    return out;
+  }
+  ckpt::testing::FaultProxy proxy_;
+  std::shared_ptr<ObjectStore> proxied_;
+  std::string data_;
+};
+
+TEST_F(WireFaultTest, ResetMidBodyIsRetried) {
+  Fault("reset 2 GET");
+  EXPECT_EQ(ReadAll(), data_);
+  EXPECT_EQ(Requests(), 3);
+}
+
+TEST_F(WireFaultTest, TruncatedBodyIsRetriedNeverTakenAsTheEnd) {
+  Fault("truncate 1 GET");
+  EXPECT_EQ(ReadAll(), data_);
+  Fault("truncate 1 GET");
+  auto whole = proxied_->Get("obj");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(*whole, data_);
+}
+
+TEST_F(WireFaultTest, StalledTransferIsAbortedAndRetried) {
+  Fault("stall 1 GET");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ReadAll(), data_);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(WireFaultTest, SlowDownStormBacksOffThenSucceeds) {
+  Fault("503 3 PUT");
+  ASSERT_TRUE(proxied_->Put("after-storm", std::string("x"), {}).ok());
+  EXPECT_EQ(Requests(), 4);
+  Fault("503 100");
+  auto refused = proxied_->Put("never", std::string("x"), {});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "SlowDown")) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "gave up after 4")) << refused.status();
+}
+
+TEST_F(WireFaultTest, ErrorBodyAfter200OnCompleteIsRetried) {
+  auto id = proxied_->CreateMultipartUpload("mp", {});
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<UploadedPart> parts;
+  for (int n = 1; n <= 2; ++n) {
+    auto part = proxied_->UploadPart("mp", *id, n, std::span<const char>(data_).subspan(0, 1000));
+    ASSERT_TRUE(part.ok()) << part.status();
+    parts.push_back(*part);
+  }
+  Fault("error200 1 POST");
+  auto done = proxied_->CompleteMultipartUpload("mp", *id, parts, false);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(store_->Head("mp")->size, 2000u);
+}
+
+}  // namespace
+}  // namespace ckpt
