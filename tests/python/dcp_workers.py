@@ -208,3 +208,21 @@ def async_round_trip(ctx):
         kwargs["async_stager"].close()
     ckpt.dcp.close_all()
     return wants
+
+
+def fresh_state():
+    """A trainer with other weights and an empty extra: what a restart builds."""
+    return AppState(Trainer(7).train(1), {"step": 0, "note": "", "blob": io.BytesIO()})
+
+
+def saved_state(step=3):
+    """A trainer after `step` steps and the AppState a save hands to DCP."""
+    t = Trainer(0).train(step)
+    return t, AppState(t, extra_items(step))
+
+
+def load_fingerprint(reader):
+    """dcp.load through `reader` into a fresh state; its fingerprint."""
+    state = fresh_state()
+    dcp.load({"app": state}, storage_reader=reader)
+    return fingerprint(state.t, state.extra)

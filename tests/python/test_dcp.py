@@ -15,7 +15,6 @@ StorageReader and import_checkpoint.
   * DCP FileSystemWriter directories: test_dcp_import.py.
   * Clear errors: a checkpoint_id that names no step, a torch without DCP.
 """
-import io
 import os
 import signal
 import subprocess
@@ -45,20 +44,9 @@ def _engines_closed():
     ckpt.dcp.close_all()
 
 
-def _fresh():
-    """A trainer with other weights and an empty extra: what a restart builds."""
-    return dw.AppState(dw.Trainer(7).train(1), {"step": 0, "note": "", "blob": io.BytesIO()})
-
-
-def _saved(step=3):
-    t = dw.Trainer(0).train(step)
-    return t, dw.AppState(t, dw.extra_items(step))
-
-
-def _load(reader):
-    state = _fresh()
-    dcp.load({"app": state}, storage_reader=reader)
-    return dw.fingerprint(state.t, state.extra)
+_fresh = dw.fresh_state
+_saved = dw.saved_state
+_load = dw.load_fingerprint
 
 
 def _listed(ckpt_restore, root):

@@ -10,7 +10,6 @@
     a .metadata pickle that would run code is refused and runs nothing; a
     garbled one is a CorruptCheckpointError.
 """
-import io
 import os
 import pickle
 import subprocess
@@ -38,19 +37,9 @@ def _engines_closed():
     ckpt.dcp.close_all()
 
 
-def _fresh():
-    return dw.AppState(dw.Trainer(7).train(1), {"step": 0, "note": "", "blob": io.BytesIO()})
-
-
-def _saved(step=3):
-    t = dw.Trainer(0).train(step)
-    return t, dw.AppState(t, dw.extra_items(step))
-
-
-def _load(reader):
-    state = _fresh()
-    dcp.load({"app": state}, storage_reader=reader)
-    return dw.fingerprint(state.t, state.extra)
+_fresh = dw.fresh_state
+_saved = dw.saved_state
+_load = dw.load_fingerprint
 
 
 # -- DCP FileSystemWriter directories ------------------------------------------------
