@@ -7,55 +7,16 @@ CUDA itself.
 
 Exit 0 when the case held; an AssertionError's traceback otherwise.
 """
-import math
 import os
 import sys
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import ckpt  # noqa: E402  (the package under test: test_cuda.py sets PYTHONPATH)
+from realistic_workloads import GPT  # this script's folder is on sys.path
 
 DEVICE = "cuda"
-
-
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln_1 = nn.LayerNorm(d)
-        self.c_attn = nn.Linear(d, 3 * d)
-        self.c_proj = nn.Linear(d, d)
-        self.ln_2 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.c_proj(y)
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab, d, layers, heads, seq):
-        super().__init__()
-        self.tok_emb = nn.Embedding(vocab, d)
-        self.pos_emb = nn.Parameter(torch.zeros(seq, d))
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
-
-    def forward(self, idx):
-        x = self.tok_emb(idx) + self.pos_emb[: idx.shape[1]]
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x))
 
 
 class Trainer:

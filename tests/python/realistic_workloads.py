@@ -6,7 +6,6 @@ optimizer state dicts, the step, the RNG), `forward_backward()`, `step()`
 (optimizer.step(), plus whatever else a real loop updates after it) and
 `sparse_change(gen)` (a few elements of a few tensors change, nothing else).
 """
-import math
 
 import torch
 import torch.nn.functional as F
@@ -34,16 +33,15 @@ class Block(nn.Module):
         b, t, d = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.c_proj(y)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # any device
+        x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, d))
         x = x + self.mlp(self.ln_2(x))
         return x.to(out_dtype)
 
 
 class GPT(nn.Module):
+    """nanoGPT's shape; also the model of cuda_workers.py and bench/gpu_torch_bench.py."""
+
     def __init__(self, vocab, d, layers, heads, seq):
         super().__init__()
         self.tok_emb = nn.Embedding(vocab, d)
