@@ -44,22 +44,8 @@ def export(root, path, step=None, filter=None, rank=None):  # noqa: A002 -- the 
     CheckpointNotFoundError / CorruptCheckpointError) when the export fails.
     Returns `path`.
     """
-    path = os.fspath(path)
-    if os.path.lexists(path):
-        raise FileExistsError(f"ckpt: {path} exists; export never overwrites")
-    args = [_ckpt_restore(), "--root", os.fspath(root), "--out", path, "--progress=never"]
-    args += ["--latest"] if step is None else ["--step", str(int(step))]
-    if filter is not None:
-        args += ["--filter", str(filter)]
-    if rank is not None:
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-            raise ValueError(f"ckpt: rank must be None or a rank >= 0, got {rank!r}")
-        args += ["--rank", str(rank)]
-    done = subprocess.run(args, capture_output=True, text=True)
-    if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip()
-        raise error_for(_EXIT_CODES.get(done.returncode, "UNKNOWN"), f"ckpt: export: {message}")
-    return path
+    options = [] if filter is None else ["--filter", str(filter)]
+    return _run_export("export", "--out", root, path, step, rank, options)
 
 
 def export_hf(root, out_dir, step=None, strip_prefix=None, filter=None, max_shard_size=None,  # noqa: A002
@@ -83,11 +69,7 @@ def export_hf(root, out_dir, step=None, strip_prefix=None, filter=None, max_shar
     from_pretrained ties the other name to it. Never overwrites `out_dir`
     (FileExistsError). Returns `out_dir`.
     """
-    out_dir = os.fspath(out_dir)
-    if os.path.lexists(out_dir):
-        raise FileExistsError(f"ckpt: {out_dir} exists; export never overwrites")
-    args = [_ckpt_restore(), "--root", os.fspath(root), "--export-hf", out_dir, "--progress=never"]
-    args += ["--latest"] if step is None else ["--step", str(int(step))]
+    args = []
     if strip_prefix:
         args += ["--strip-prefix", str(strip_prefix)]
     if filter:
@@ -101,12 +83,24 @@ def export_hf(root, out_dir, step=None, strip_prefix=None, filter=None, max_shar
         raise ValueError(f"ckpt: export_hf cannot copy a file whose path holds a comma: {copy}")
     if copy:
         args += ["--copy", ",".join(copy)]
+    return _run_export("export_hf", "--export-hf", root, out_dir, step, rank, args)
+
+
+def _run_export(what, flag, root, out, step, rank, options):
+    """Runs `ckpt-restore --root root <flag> out` for checkpoint `step` (None:
+    --latest) with `options`; returns `out`. Refuses an `out` that exists."""
+    out = os.fspath(out)
+    if os.path.lexists(out):
+        raise FileExistsError(f"ckpt: {out} exists; export never overwrites")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+        raise ValueError(f"ckpt: rank must be None or a rank >= 0, got {rank!r}")
+    args = [_ckpt_restore(), "--root", os.fspath(root), flag, out, "--progress=never"]
+    args += ["--latest"] if step is None else ["--step", str(int(step))]
+    args += options
     if rank is not None:
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-            raise ValueError(f"ckpt: rank must be None or a rank >= 0, got {rank!r}")
         args += ["--rank", str(rank)]
     done = subprocess.run(args, capture_output=True, text=True)
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip()
-        raise error_for(_EXIT_CODES.get(done.returncode, "UNKNOWN"), f"ckpt: export_hf: {message}")
-    return out_dir
+        raise error_for(_EXIT_CODES.get(done.returncode, "UNKNOWN"), f"ckpt: {what}: {message}")
+    return out
