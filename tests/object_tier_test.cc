@@ -52,6 +52,8 @@ class ObjectTierTest : public ::testing::Test {
     root_ = dir_.Join("root");
   }
 
+  void LeaveAnInterruptedUpload(std::string* key, std::string* bytes);
+
   // Saves steps 1..n (a full save every `full_every`), tensors big enough to
   // make multipart uploads with 64 KiB parts.
   void Save(int n, int full_every) {
@@ -249,26 +251,36 @@ TEST_F(ObjectTierTest, ReclaimRemovesDeadJobsUploadsAndUnmarkedObjects) {
   EXPECT_TRUE(store_->ListMultipartUploads("")->empty());
 }
 
-// A multipart upload an interrupted run left is resumed: parts the server
-// holds with the local bytes' MD5 are not sent again; a part that differs is.
-TEST_F(ObjectTierTest, InterruptedMultipartUploadResumesWithoutResendingHeldParts) {
+// Saves step 1 and leaves what a run killed mid-upload leaves for the shard
+// holding "m.w": a multipart upload whose parts 1 and 2 (64 KiB each) hold
+// the shard's bytes and whose part 3 differs from them. `key` is the shard's
+// object, `bytes` the local file.
+void ObjectTierTest::LeaveAnInterruptedUpload(std::string* key, std::string* bytes) {
   Save(1, 1);
   ReaderOptions options;
   auto local = Reader::Open(root_, options);
   ASSERT_TRUE(local.ok());
   const std::string shard = (*local)->Find("m.w")->shard;
   std::ifstream in(dir_.Join("root/" + StepDirName(1) + "/" + shard), std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bytes->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   const size_t part = 64 << 10;
-  ASSERT_GT(bytes.size(), 3 * part);
-  const std::string key = StepPrefix("runs/a", 1) + "/" + shard;
-  auto id = store_->CreateMultipartUpload(key, {false, {{"ckpt-xxh3", "0"}}});
+  ASSERT_GT(bytes->size(), 3 * part);
+  *key = StepPrefix("runs/a", 1) + "/" + shard;
+  auto id = store_->CreateMultipartUpload(*key, {false, {{"ckpt-xxh3", "0"}}});
   ASSERT_TRUE(id.ok());
-  ASSERT_TRUE(store_->UploadPart(key, *id, 1, std::string_view(bytes).substr(0, part)).ok());
-  ASSERT_TRUE(store_->UploadPart(key, *id, 2, std::string_view(bytes).substr(part, part)).ok());
-  std::string wrong = bytes.substr(2 * part, part);
+  const std::string_view all(*bytes);
+  ASSERT_TRUE(store_->UploadPart(*key, *id, 1, all.substr(0, part)).ok());
+  ASSERT_TRUE(store_->UploadPart(*key, *id, 2, all.substr(part, part)).ok());
+  std::string wrong(all.substr(2 * part, part));
   wrong[10] ^= 1;
-  ASSERT_TRUE(store_->UploadPart(key, *id, 3, wrong).ok());
+  ASSERT_TRUE(store_->UploadPart(*key, *id, 3, wrong).ok());
+}
+
+// A multipart upload an interrupted run left is resumed: parts the server
+// holds with the local bytes' MD5 are not sent again; a part that differs is.
+TEST_F(ObjectTierTest, InterruptedMultipartUploadResumesWithoutResendingHeldParts) {
+  std::string key, bytes;
+  ASSERT_NO_FATAL_FAILURE(LeaveAnInterruptedUpload(&key, &bytes));
   auto older = store_->CreateMultipartUpload(key, {});  // newer, in fact: the one resumed
   ASSERT_TRUE(older.ok());
   auto published = PublishCheckpoint(root_, 1, *store_, "runs/a", Small());
@@ -282,22 +294,8 @@ TEST_F(ObjectTierTest, InterruptedMultipartUploadResumesWithoutResendingHeldPart
 }
 
 TEST_F(ObjectTierTest, ResumedPartsAreCounted) {
-  Save(1, 1);
-  ReaderOptions options;
-  auto local = Reader::Open(root_, options);
-  ASSERT_TRUE(local.ok());
-  const std::string shard = (*local)->Find("m.w")->shard;
-  std::ifstream in(dir_.Join("root/" + StepDirName(1) + "/" + shard), std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t part = 64 << 10;
-  const std::string key = StepPrefix("runs/a", 1) + "/" + shard;
-  auto id = store_->CreateMultipartUpload(key, {false, {{"ckpt-xxh3", "0"}}});
-  ASSERT_TRUE(id.ok());
-  ASSERT_TRUE(store_->UploadPart(key, *id, 1, std::string_view(bytes).substr(0, part)).ok());
-  ASSERT_TRUE(store_->UploadPart(key, *id, 2, std::string_view(bytes).substr(part, part)).ok());
-  std::string wrong = bytes.substr(2 * part, part);
-  wrong[10] ^= 1;
-  ASSERT_TRUE(store_->UploadPart(key, *id, 3, wrong).ok());
+  std::string key, bytes;
+  ASSERT_NO_FATAL_FAILURE(LeaveAnInterruptedUpload(&key, &bytes));
   auto published = PublishCheckpoint(root_, 1, *store_, "runs/a", Small());
   ASSERT_TRUE(published.ok()) << published.status();
   EXPECT_EQ(published->parts_resumed, 2u);  // parts 1 and 2; 3 differed and went again
