@@ -145,6 +145,49 @@ TEST_P(PlanesCompressionTest, DamageIsNamed) {
   EXPECT_NE(got.status().message().find("w.f32"), std::string::npos) << got.status();
   EXPECT_FALSE((*again)->Verify().ok());
   EXPECT_TRUE((*again)->Read("w.bf16").ok());  // the other records are intact
+  // Read together, the compressed records are decoded while the next is
+  // read: the damaged one still fails the whole read, named, and the read
+  // ends (no decoder left waiting).
+  auto all = (*again)->ReadAll();
+  ASSERT_FALSE(all.ok());
+  EXPECT_EQ(all.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(all.status().message().find("w.f32"), std::string::npos) << all.status();
+  if (info.stored_xxh3.has_value()) {
+    EXPECT_NE(all.status().message().find("stored bytes"), std::string::npos) << all.status();
+  }
+}
+
+// Many compressed records read into caller memory in one call (the
+// pipelined path: two read buffers shared by every record, records of
+// different sizes in turn) restore bit-exactly, twice through one reader.
+TEST_P(PlanesCompressionTest, ManyRecordsReadIntoCallerMemory) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  std::vector<OwnedTensor> state = State();
+  for (int i = 0; i < 12; ++i) {
+    state.push_back(Weights("layer" + std::to_string(i), DType::kFloat32, 20000 + 37000 * (i % 4), 100 + i));
+  }
+  {
+    auto engine = Engine::Open(root, Planes(GetParam()));
+    ASSERT_TRUE(engine.ok());
+    ASSERT_TRUE((*engine)->Save(1, Views(state)).ok());
+  }
+  auto reader = Reader::Open(root, {});
+  ASSERT_TRUE(reader.ok());
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::vector<uint8_t>> out(state.size());
+    std::vector<ReadTarget> targets;
+    for (size_t i = 0; i < state.size(); ++i) {
+      out[i].assign(state[i].bytes.size() + 1, 0xEE);
+      targets.push_back(ReadTarget{state[i].name, out[i].data(), state[i].bytes.size()});
+    }
+    ASSERT_TRUE((*reader)->ReadInto(targets).ok()) << "round " << round;
+    for (size_t i = 0; i < state.size(); ++i) {
+      ASSERT_EQ(0, std::memcmp(out[i].data(), state[i].bytes.data(), state[i].bytes.size()))
+          << state[i].name;
+      EXPECT_EQ(out[i].back(), 0xEE) << state[i].name << ": written past its end";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Adaptive, PlanesCompressionTest, ::testing::Bool(),

@@ -150,12 +150,13 @@ absl::Status ReaderImpl::ReadRecords(std::span<const RecordRef> names, std::span
 }
 
 absl::Status ReaderImpl::ReadWholeRecords(std::span<const RecordTarget> records) {
-  // Compressed records first, each on its own (one executor per queue at a time).
+  // Compressed records first, read one at a time and decoded while the next
+  // is read (one executor per queue at a time); then the raw ones together.
+  std::vector<RecordTarget> compressed;
   for (const RecordTarget& record : records) {
-    if (IsCompressedEncoding(record.info->encoding)) {
-      CKPT_RETURN_IF_ERROR(DecodeCompressedRecord(files_, *record.dir, *record.info, record.dst));
-    }
+    if (IsCompressedEncoding(record.info->encoding)) compressed.push_back(record);
   }
+  CKPT_RETURN_IF_ERROR(DecodeCompressedRecords(files_, compressed));
   return ReadRawRecords(files_, chunks_, records);
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <span>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +11,7 @@
 #include "format/names.h"
 #include "io/io_executor.h"
 #include "util/hash.h"
+#include "util/mutex.h"
 #include "util/status_macros.h"
 #include "ckpt/file_system.h"
 
@@ -34,44 +37,133 @@ absl::Status CheckStoredBytes(const std::string& dir, const TensorInfo& t, const
   return absl::OkStatus();
 }
 
+namespace {
+
+// The bytes a read of `t`'s stored record transfers: rounded up to whole
+// O_DIRECT blocks when its shard is open for direct I/O.
+uint64_t StoredReadLength(File* file, const TensorInfo& t) {
+  return file->direct() ? AlignUp(t.stored_bytes, kDirectIoAlignment) : t.stored_bytes;
+}
+
+// Reads the `t.stored_bytes` stored bytes of `t`'s record into `into` (room
+// for `StoredReadLength`, O_DIRECT-aligned), unchecked.
+absl::Status ReadStoredBytes(ShardFiles& files, const std::string& dir, const TensorInfo& t, void* into) {
+  CKPT_ASSIGN_OR_RETURN(File * file, files.Get(dir, t.shard));
+  const uint64_t length = StoredReadLength(file, t);
+  IoExecutor io(files.queue(), files.io().chunk_bytes);
+  files.CountRead(length);
+  CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, t.offset, into, length, 0, -1, t.stored_bytes));
+  return io.Drain();
+}
+
+// Decodes the compressed full record `stored` of `t` into `dst` and checks the
+// result against `t.xxh3`. The stored bytes are hashed only when that fails:
+// the value's checksum covers them, and a stored checksum that disagrees names
+// the cause better than the decoder's complaint or a wrong value would.
+absl::Status DecodeStored(const std::string& dir, const TensorInfo& t, const char* stored, char* dst,
+                          WorkerPool* pool) {
+  const RecordCodec& codec = CodecOf(t.encoding);
+  absl::Status decoded = codec.decode(stored, t.stored_bytes, dst, t.raw_bytes, t.dtype, pool);
+  if (!decoded.ok()) {
+    CKPT_RETURN_IF_ERROR(CheckStoredBytes(dir, t, stored));
+    return absl::DataLossError(absl::StrCat("tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard),
+                                            " at offset ", t.offset, ": ", codec.name, " record: ",
+                                            decoded.message()));
+  }
+  const uint64_t actual = Xxh3(dst, t.raw_bytes);
+  if (actual != t.xxh3) {
+    CKPT_RETURN_IF_ERROR(CheckStoredBytes(dir, t, stored));
+    return ChecksumMismatch(dir, t, actual);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequireCompressed(const TensorInfo& t) {
+  const RecordCodec& codec = CodecOf(t.encoding);
+  if (codec.is_compressed) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("tensor \"", t.name, "\": ", codec.name,
+                                          " is not a compressed full record"));
+}
+
+}  // namespace
+
 absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::string& dir,
                                               const TensorInfo& t) {
   CKPT_ASSIGN_OR_RETURN(File * file, files.Get(dir, t.shard));
-  const uint64_t length = file->direct() ? AlignUp(t.stored_bytes, kDirectIoAlignment) : t.stored_bytes;
-  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(length, false));
-  IoExecutor io(files.queue(), files.io().chunk_bytes);
-  files.CountRead(length);
-  CKPT_RETURN_IF_ERROR(io.Start(IoOp::Kind::kRead, file, t.offset, stored.data(), length, 0, -1,
-                                t.stored_bytes));
-  CKPT_RETURN_IF_ERROR(io.Drain());
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(StoredReadLength(file, t), false));
+  CKPT_RETURN_IF_ERROR(ReadStoredBytes(files, dir, t, stored.data()));
   CKPT_RETURN_IF_ERROR(CheckStoredBytes(dir, t, static_cast<const char*>(stored.data())));
   return stored;
 }
 
 absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
                                     char* dst) {
-  const RecordCodec& codec = CodecOf(t.encoding);
-  if (!codec.is_compressed) {
-    return absl::InternalError(absl::StrCat("tensor \"", t.name, "\": ", codec.name,
-                                            " is not a compressed full record"));
-  }
-  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStoredRecord(files, dir, t));
+  CKPT_RETURN_IF_ERROR(RequireCompressed(t));
+  CKPT_ASSIGN_OR_RETURN(File * file, files.Get(dir, t.shard));
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(StoredReadLength(file, t), false));
+  CKPT_RETURN_IF_ERROR(ReadStoredBytes(files, dir, t, stored.data()));
   // Only checking: decoded into memory of its own, dropped after.
   AlignedBytes scratch;
   if (dst == nullptr) {
     CKPT_ASSIGN_OR_RETURN(scratch, AlignedBytes::Allocate(t.raw_bytes, false));
     dst = static_cast<char*>(scratch.data());
   }
-  absl::Status decoded = codec.decode(static_cast<const char*>(stored.data()), t.stored_bytes, dst,
-                                      t.raw_bytes, t.dtype, files.codec_pool());
-  if (!decoded.ok()) {
-    return absl::DataLossError(absl::StrCat("tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard),
-                                            " at offset ", t.offset, ": ", codec.name, " record: ",
-                                            decoded.message()));
+  return DecodeStored(dir, t, static_cast<const char*>(stored.data()), dst, files.codec_pool());
+}
+
+absl::Status DecodeCompressedRecords(ShardFiles& files, std::span<const RecordTarget> records) {
+  if (records.size() == 1) {
+    return DecodeCompressedRecord(files, *records[0].dir, *records[0].info, records[0].dst);
   }
-  const uint64_t actual = Xxh3(dst, t.raw_bytes);
-  if (actual != t.xxh3) return ChecksumMismatch(dir, t, actual);
-  return absl::OkStatus();
+  if (records.empty()) return absl::OkStatus();
+  uint64_t largest = 0;
+  for (const RecordTarget& r : records) {
+    CKPT_RETURN_IF_ERROR(RequireCompressed(*r.info));
+    CKPT_ASSIGN_OR_RETURN(File * file, files.Get(*r.dir, r.info->shard));
+    largest = std::max(largest, StoredReadLength(file, *r.info));
+  }
+  // Two buffers, allocated once and reused: this thread reads record i
+  // into one while the decoder decodes record i - 1 out of the other.
+  AlignedBytes buffers[2];
+  for (AlignedBytes& b : buffers) {
+    CKPT_ASSIGN_OR_RETURN(b, AlignedBytes::Allocate(std::max<uint64_t>(largest, 1), false));
+  }
+  WorkerPool* pool = files.codec_pool();
+  Mutex mu;
+  size_t read = 0;     // records whose stored bytes are in their buffer
+  size_t decoded = 0;  // records decoded (or given up on)
+  absl::Status failed;  // the first failure, of either side
+  std::thread decoder([&] {
+    for (size_t i = 0; i < records.size(); ++i) {
+      {
+        MutexLock lock(&mu);
+        mu.Await([&] { return read > i || !failed.ok(); });
+        if (!failed.ok()) return;
+      }
+      const RecordTarget& r = records[i];
+      absl::Status s = DecodeStored(*r.dir, *r.info, static_cast<const char*>(buffers[i % 2].data()),
+                                    r.dst, pool);
+      MutexLock lock(&mu);
+      if (!s.ok() && failed.ok()) failed = std::move(s);
+      ++decoded;
+      if (!failed.ok()) return;
+    }
+  });
+  for (size_t i = 0; i < records.size(); ++i) {
+    {
+      MutexLock lock(&mu);
+      mu.Await([&] { return decoded + 2 > i || !failed.ok(); });  // buffer i % 2 is free
+      if (!failed.ok()) break;
+    }
+    const RecordTarget& r = records[i];
+    absl::Status s = ReadStoredBytes(files, *r.dir, *r.info, buffers[i % 2].data());
+    MutexLock lock(&mu);
+    if (!s.ok() && failed.ok()) failed = std::move(s);
+    if (!failed.ok()) break;
+    ++read;
+  }
+  decoder.join();
+  return failed;
 }
 
 absl::StatusOr<std::vector<const TensorInfo*>> DeltaLinksOf(const DeltaChain& chain,

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "ckpt/tensor.h"
 #include "codec/record_codecs.h"
 #include "read/delta_chain.h"
+#include "read/read_raw_records.h"
 #include "read/shard_files.h"
 
 namespace ckpt::internal {
@@ -48,10 +50,18 @@ inline bool IsCompressedEncoding(RecordEncoding encoding) {
 // Reads the compressed full record of `t` in `dir` (any encoding whose
 // codec `is_compressed`) and decodes it into `dst` (room for `t.raw_bytes`)
 // or, when `dst` is null, into memory of its own, only to check it;
-// verifies the XXH3 of the decoded bytes. Corrupt or mis-sized data is
-// kDataLoss naming the record and its codec.
+// verifies the XXH3 of the decoded bytes (and, when that or the decoder
+// fails, the stored bytes' `stored_xxh3`, to name which is wrong). Corrupt
+// or mis-sized data is kDataLoss naming the record and its codec.
 absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
                                     char* dst);
+
+// `DecodeCompressedRecord` for each of `records`, in order, pipelined: the
+// next record's stored bytes are read (on this thread, through `files`'
+// queue) while a decoder thread decodes and hashes this one with
+// `files.codec_pool()`. Two read buffers, the size of the largest record,
+// serve them all. Stops at the first failure and returns it.
+absl::Status DecodeCompressedRecords(ShardFiles& files, std::span<const RecordTarget> records);
 
 // The records of tensor `name` in the links after `base` of `chain`, oldest
 // first: what brings its value at `base` forward. kDataLoss if a link lacks
