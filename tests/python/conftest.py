@@ -30,6 +30,14 @@ def root(tmp_path):
     return str(tmp_path / "ckpts")
 
 
+@pytest.fixture
+def dcp_engines_closed():
+    """Closes the engines ckpt.dcp's writers keep open across saves, after the test."""
+    yield
+    import ckpt.dcp
+    ckpt.dcp.close_all()
+
+
 @pytest.fixture(scope="session")
 def ckpt_restore():
     """Path of the ckpt-restore binary, or skip."""

@@ -38,15 +38,7 @@ import distributed_workers as workers  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(autouse=True)
-def _engines_closed():
-    yield
-    ckpt.dcp.close_all()
-
-
-_fresh = dw.fresh_state
-_saved = dw.saved_state
-_load = dw.load_fingerprint
+pytestmark = pytest.mark.usefixtures("dcp_engines_closed")
 
 
 def _listed(ckpt_restore, root):
@@ -57,14 +49,14 @@ def _listed(ckpt_restore, root):
 
 
 def test_save_load_round_trip_bit_identical(root, ckpt_restore):
-    t, state = _saved(3)
+    t, state = dw.saved_state(3)
     want = dw.fingerprint(t, state.extra)
-    fresh = _fresh()
+    fresh = dw.fresh_state()
     assert dw.fingerprint(fresh.t, fresh.extra) != want  # so an equal one was loaded
     dcp.save({"app": state}, storage_writer=ckpt.dcp.StorageWriter(root), checkpoint_id=3)
     assert ckpt.list_steps(root) == [3]
-    assert _load(ckpt.dcp.StorageReader(root)) == want
-    assert _load(ckpt.dcp.StorageReader(root, step="step-3")) == want
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(root)) == want
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(root, step="step-3")) == want
     # A plain ckpt checkpoint: listed and verified by ckpt-restore, tensors by fqn.
     assert "3" in _listed(ckpt_restore, root)
     names = {x["name"] for x in ckpt.describe(root, 3)["tensors"]}
@@ -96,7 +88,7 @@ def test_custom_planners_and_their_metadata(root):
             seen["planner_data"] = metadata.planner_data
             super().set_up_planner(state_dict, metadata, is_coordinator)
 
-    t, state = _saved(2)
+    t, state = dw.saved_state(2)
     dcp.save({"app": state}, storage_writer=ckpt.dcp.StorageWriter(root), checkpoint_id=2,
              planner=ModelOnly())
     names = {x["name"] for x in ckpt.describe(root, 2)["tensors"]}
@@ -112,7 +104,7 @@ def test_custom_planners_and_their_metadata(root):
 
 
 def test_damaged_record_is_refused_on_load(root):
-    _, state = _saved(2)
+    _, state = dw.saved_state(2)
     dcp.save({"app": state}, storage_writer=ckpt.dcp.StorageWriter(root), checkpoint_id=2)
     info = ckpt.describe(root, 2)
     big = max(info["tensors"], key=lambda x: x["raw_bytes"])  # a record inside a shard file
@@ -123,17 +115,17 @@ def test_damaged_record_is_refused_on_load(root):
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 0x40]))
     with pytest.raises(BaseException, match="DATA_LOSS"):
-        _load(ckpt.dcp.StorageReader(root))
+        dw.load_fingerprint(ckpt.dcp.StorageReader(root))
 
 
 def test_steps_without_checkpoint_id_follow_the_newest(root):
-    t, state = _saved(2)
+    t, state = dw.saved_state(2)
     writer = ckpt.dcp.StorageWriter(root)
     dcp.save({"app": state}, storage_writer=writer, checkpoint_id=os.path.join(root, "step-40"))
     dcp.save({"app": state}, storage_writer=writer)
     dcp.save({"app": state}, storage_writer=writer)
     assert ckpt.list_steps(root) == [40, 41, 42]
-    assert _load(ckpt.dcp.StorageReader(root)) == dw.fingerprint(t, state.extra)
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(root)) == dw.fingerprint(t, state.extra)
 
 
 @pytest.mark.parametrize("kind", ["THREAD", "PROCESS"])
@@ -145,7 +137,7 @@ def test_async_save_round_trip(root, tmp_path, kind, staging):
     wants = w.value(0)
     assert ckpt.list_steps(root) == [2, 4]
     for step, want in wants.items():
-        assert _load(ckpt.dcp.StorageReader(root, step=int(step))) == want
+        assert dw.load_fingerprint(ckpt.dcp.StorageReader(root, step=int(step))) == want
 
 
 def test_async_save_stages_into_reused_buffers(root):
@@ -162,7 +154,7 @@ def test_async_save_stages_into_reused_buffers(root):
                 getattr(f, "upload_completion", f).result(timeout=120)
     assert writer._staging.reused >= 1  # a later save copied into a kept set
     for step, want in wants.items():
-        assert _load(ckpt.dcp.StorageReader(root, step=step)) == want
+        assert dw.load_fingerprint(ckpt.dcp.StorageReader(root, step=step)) == want
 
 
 def test_async_save_process_checkpointer_two_ranks(tmp_path):
@@ -172,7 +164,7 @@ def test_async_save_process_checkpointer_two_ranks(tmp_path):
     w.check()
     assert ckpt.list_steps(root) == [2, 4] and ckpt.describe(root, 4)["world_size"] == 2
     for step, want in w.value(0).items():
-        assert _load(ckpt.dcp.StorageReader(root, step=int(step))) == want
+        assert dw.load_fingerprint(ckpt.dcp.StorageReader(root, step=int(step))) == want
 
 
 def test_writer_options_deltas_and_float_compression(root):
@@ -192,7 +184,7 @@ def test_writer_options_deltas_and_float_compression(root):
     raw = sum(x["raw_bytes"] for x in ckpt.describe(root, 1)["tensors"])
     assert stored < 0.9 * raw, (stored, raw)  # floats compression of the full save
     for step, want in wants.items():
-        assert _load(ckpt.dcp.StorageReader(root, step=step)) == want
+        assert dw.load_fingerprint(ckpt.dcp.StorageReader(root, step=step)) == want
 
 
 @pytest.fixture
@@ -222,14 +214,14 @@ def test_retention_keeps_and_tiers_dcp_steps(root, tmp_path, ckpt_retain, ckpt_r
     assert kept[-2:] == [4, 5] and 1 not in kept or kept == [4, 5], kept
     _listed(ckpt_restore, root)
     for step in (4, 5):  # the kept ones, deltas included, load as saved
-        assert _load(ckpt.dcp.StorageReader(root, step=step)) == wants[step]
+        assert dw.load_fingerprint(ckpt.dcp.StorageReader(root, step=step)) == wants[step]
     moved = ckpt.list_steps(cold)
     assert 1 in moved, moved
-    assert _load(ckpt.dcp.StorageReader(cold, step=1)) == wants[1]  # the cold tier is a root too
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(cold, step=1)) == wants[1]  # the cold tier is a root too
 
 
 def test_checkpoint_id_that_names_no_step_is_refused(root):
-    _, state = _saved(1)
+    _, state = dw.saved_state(1)
     writer = ckpt.dcp.StorageWriter(root)
     for bad in ("latest", "/elsewhere/step-5", -1):
         with pytest.raises(ckpt.dcp.DcpError, match="checkpoint_id"):
@@ -289,8 +281,8 @@ def test_two_rank_save_loads_on_other_world_sizes(sharded, world):
 
 def test_two_rank_save_loads_on_one_plain_process(sharded):
     root, _, saved = sharded
-    assert _load(ckpt.dcp.StorageReader(root, step=3)) == saved["3"]
-    assert _load(ckpt.dcp.StorageReader(root)) == saved["5"]
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(root, step=3)) == saved["3"]
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(root)) == saved["5"]
 
 
 # -- crash during async_save -------------------------------------------------------
@@ -330,10 +322,10 @@ def test_sigkill_during_async_save_keeps_previous_step(root, tmp_path):
     names = os.listdir(root)
     assert not [n for n in names if n.startswith("step-") and not n.endswith("2")], names
     assert [n for n in names if n.startswith(".tmp-")], names  # the debris of step 3
-    want_t, want = _saved(2)
-    assert _load(ckpt.dcp.StorageReader(root)) == dw.fingerprint(want_t, want.extra)
+    want_t, want = dw.saved_state(2)
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(root)) == dw.fingerprint(want_t, want.extra)
     # The next writer reclaims the debris and saves step 3.
-    t, state = _saved(3)
+    t, state = dw.saved_state(3)
     dcp.save({"app": state}, storage_writer=ckpt.dcp.StorageWriter(root), checkpoint_id=3)
     assert not [n for n in os.listdir(root) if n.startswith(".tmp-")], os.listdir(root)
-    assert _load(ckpt.dcp.StorageReader(root)) == dw.fingerprint(t, state.extra)
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(root)) == dw.fingerprint(t, state.extra)

@@ -31,15 +31,7 @@ import dcp_workers as dw  # noqa: E402
 import distributed_workers as workers  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _engines_closed():
-    yield
-    ckpt.dcp.close_all()
-
-
-_fresh = dw.fresh_state
-_saved = dw.saved_state
-_load = dw.load_fingerprint
+pytestmark = pytest.mark.usefixtures("dcp_engines_closed")
 
 
 # -- DCP FileSystemWriter directories ------------------------------------------------
@@ -49,7 +41,7 @@ def dcp_dirs(tmp_path_factory):
     """DCP's own checkpoints: one written by one process, one by two ranks."""
     base = tmp_path_factory.mktemp("dcpfs")
     one, two = str(base / "one"), str(base / "two")
-    t, state = _saved(3)
+    t, state = dw.saved_state(3)
     dcp.save({"app": state}, storage_writer=dcp.FileSystemWriter(one))
     fp_one = dw.fingerprint(t, state.extra)
     w = workers.run_world("dcp_workers:save_with_dcp_fs", 2, str(base / "work"), timeout=240,
@@ -66,7 +58,7 @@ def test_import_dcp_checkpoint_loads_bit_identically(dcp_dirs, root, which):
     assert stats["tensor_bytes"] > 4 * (64 << 10)  # more than the staging pool: streamed
     assert ckpt.list_steps(root) == [1000]
     ckpt.verify(root, 1000)
-    assert _load(ckpt.dcp.StorageReader(root)) == want
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(root)) == want
 
 
 _STREAMED_IMPORT = textwrap.dedent("""
@@ -112,7 +104,7 @@ def test_import_streams_through_bounded_memory(tmp_path, root):
 @pytest.mark.parametrize("which", ["one", "two"])
 def test_dcp_directory_reads_in_place(dcp_dirs, which):
     path, want = dcp_dirs[which]
-    assert _load(ckpt.dcp.StorageReader(path)) == want
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(path)) == want
 
 
 def test_import_with_ckpt_restore(dcp_dirs, root, ckpt_restore):
@@ -122,7 +114,7 @@ def test_import_with_ckpt_restore(dcp_dirs, root, ckpt_restore):
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ckpt.list_steps(root) == [7]
-    assert _load(ckpt.dcp.StorageReader(root)) == want
+    assert dw.load_fingerprint(ckpt.dcp.StorageReader(root)) == want
     # Without --step: a usage error; a directory that is no DCP checkpoint: refused (1).
     usage = subprocess.run([ckpt_restore, "--root", root, "--import-dcp", path],
                            capture_output=True, text=True, timeout=60, env=env)
@@ -148,7 +140,7 @@ def test_truncated_dcp_directory_is_refused(dcp_dirs, root, tmp_path):
     with pytest.raises(ckpt.dcp.DcpError, match=f"incomplete: {data} has {size // 2} bytes"):
         ckpt.dcp.import_checkpoint(path, root, 1)
     with pytest.raises(BaseException, match="truncated"):
-        _load(ckpt.dcp.StorageReader(path))
+        dw.load_fingerprint(ckpt.dcp.StorageReader(path))
     assert not os.path.exists(root) or ckpt.list_steps(root) == []
     os.remove(os.path.join(path, ".metadata"))
     with pytest.raises(ckpt.dcp.DcpError, match="has no .metadata"):
@@ -171,7 +163,7 @@ def test_metadata_that_would_run_code_is_refused(dcp_dirs, root, tmp_path, monke
     with pytest.raises(ckpt.dcp.UnsafeMetadataError, match="posix.system|os.system"):
         ckpt.dcp.import_checkpoint(path, root, 1)
     with pytest.raises(BaseException, match="posix.system|os.system"):
-        _load(ckpt.dcp.StorageReader(path))
+        dw.load_fingerprint(ckpt.dcp.StorageReader(path))
     assert not os.path.exists(tmp_path / "PWNED")
     # Garbled metadata: a clear error too.
     with open(os.path.join(path, ".metadata"), "wb") as f:
