@@ -25,6 +25,21 @@
 namespace ckpt::tools {
 namespace {
 
+// A manifest that could not be read (an I/O error, not damage) might be a
+// delta of any older step: planning around it could delete its bases, so
+// nothing is planned at all.
+absl::Status RequireReadableManifests(const std::vector<CheckpointSummary>& listed) {
+  for (const CheckpointSummary& c : listed) {
+    const absl::StatusCode code = c.manifest_status.code();
+    if (!c.manifest_status.ok() && code != absl::StatusCode::kDataLoss &&
+        code != absl::StatusCode::kNotFound) {
+      return absl::Status(code, absl::StrCat("cannot read the manifest of step ", c.step,
+                                             ", so nothing is changed: ", c.manifest_status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 namespace stdfs = std::filesystem;
 
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
@@ -367,14 +382,7 @@ absl::StatusOr<std::vector<RetentionAction>> RunBucketRetention(const std::strin
   if (!fs.ok()) return fs.status();
   auto listed = ListCheckpoints(root, *fs);
   if (!listed.ok()) return listed.status();
-  for (const CheckpointSummary& c : *listed) {
-    const absl::StatusCode code = c.manifest_status.code();
-    if (!c.manifest_status.ok() && code != absl::StatusCode::kDataLoss &&
-        code != absl::StatusCode::kNotFound) {
-      return absl::Status(code, absl::StrCat("cannot read the manifest of step ", c.step,
-                                             ", so nothing is changed: ", c.manifest_status.message()));
-    }
-  }
+  if (absl::Status s = RequireReadableManifests(*listed); !s.ok()) return s;
   RetentionPolicy policy = given;
   policy.compact = false;
   RetentionPlan plan(*listed, std::nullopt, policy, absl::Now());
@@ -520,16 +528,7 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   }
   auto listed = ListCheckpoints(root, fs);
   if (!listed.ok()) return listed.status();
-  // A manifest that could not be read (an I/O error, not damage) might be a
-  // delta of any older step: planning around it could delete its bases.
-  for (const CheckpointSummary& c : *listed) {
-    const absl::StatusCode code = c.manifest_status.code();
-    if (!c.manifest_status.ok() && code != absl::StatusCode::kDataLoss &&
-        code != absl::StatusCode::kNotFound) {
-      return absl::Status(code, absl::StrCat("cannot read the manifest of step ", c.step,
-                                             ", so nothing is changed: ", c.manifest_status.message()));
-    }
-  }
+  if (absl::Status s = RequireReadableManifests(*listed); !s.ok()) return s;
   auto latest_file = fs->Stat(absl::StrCat(root, "/LATEST"));
   if (!latest_file.ok() && !absl::IsNotFound(latest_file.status())) return latest_file.status();
   const bool looks_like_root = latest_file.ok() || !listed->empty();
