@@ -208,7 +208,7 @@ TEST_F(TieringTest, UploadFlagsOfTheCommandLine) {
   EXPECT_EQ(run({"--upload-streams", "0"}).first, 2);
   EXPECT_EQ(*ListSteps(root_), (std::vector<int64_t>{1, 2, 3, 4}));
   auto ok = run({"--upload-streams", "2", "--upload-part-size", "5242880", "--max-upload-rate",
-                 "100000000"});
+                 "100000000", "--upload-read-back"});
   EXPECT_EQ(ok.first, 0) << ok.second;
   EXPECT_EQ(*ListSteps(cold), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(Restored(cold, 2), expected_[2]);

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "moto_server.h"
 #include "test_util.h"
+#include "testing/fault_injection_transport.h"
 
 namespace ckpt {
 namespace {
@@ -302,6 +303,57 @@ TEST_F(ObjectTierTest, ResumedPartsAreCounted) {
   EXPECT_EQ(*store_->Get(key), bytes);
   EXPECT_TRUE(store_->ListMultipartUploads("")->empty());
   ExpectSameAsLocal(1);
+}
+
+// The store's ETags (the MD5 of what it received) confirm each upload: a
+// clean publish reads nothing back, `read_back` reads every object, and a
+// body damaged on the way up -- its ETag is the MD5 of the damaged bytes --
+// is read back, found different and sent again.
+TEST_F(ObjectTierTest, EtagsConfirmUploadsAndADamagedBodyIsReadBackAndSentAgain) {
+  Save(3, 1);  // three full steps, each with multipart shards (64 KiB parts)
+  auto clean = PublishCheckpoint(root_, 1, *store_, "runs/a", Small());
+  ASSERT_TRUE(clean.ok()) << clean.status();
+  EXPECT_EQ(clean->objects_read_back, 0u);
+  ExpectSameAsLocal(1);
+
+  PublishOptions every = Small();
+  every.read_back = true;
+  auto checked = PublishCheckpoint(root_, 2, *store_, "runs/a", every);
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  EXPECT_EQ(checked->objects_read_back, checked->files);
+  EXPECT_GT(checked->requests, clean->requests);
+
+  // Step 3: the first request that carries an object's bytes is damaged.
+  // Requests before the uploads are made one at a time, so a clean run's
+  // log names its index.
+  uint64_t first_body = UINT64_MAX;
+  {
+    auto log_transport = std::make_shared<testing::FaultInjectionTransport>(CurlHttpTransport());
+    ObjectStoreOptions options = testing::SharedMotoServer().Options();
+    options.transport = log_transport;
+    auto store = OpenObjectStore(url_, options);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(PublishCheckpoint(root_, 3, **store, "runs/probe", Small()).ok());
+    const std::vector<std::string> log = log_transport->log();
+    for (size_t i = 0; i < log.size() && first_body == UINT64_MAX; ++i) {
+      if (absl::StartsWith(log[i], "PUT ") && absl::StrContains(log[i], "/step-") &&
+          !absl::StrContains(log[i], ".commit")) {
+        first_body = i;
+      }
+    }
+  }
+  ASSERT_NE(first_body, UINT64_MAX);
+  auto transport = std::make_shared<testing::FaultInjectionTransport>(CurlHttpTransport());
+  transport->Arm(first_body, testing::TransportFault::kCorruptBody);
+  ObjectStoreOptions options = testing::SharedMotoServer().Options();
+  options.transport = transport;
+  auto faulty = OpenObjectStore(url_, options);
+  ASSERT_TRUE(faulty.ok());
+  auto damaged = PublishCheckpoint(root_, 3, **faulty, "runs/a", Small());
+  ASSERT_TRUE(damaged.ok()) << damaged.status();
+  EXPECT_TRUE(transport->fired());
+  EXPECT_GE(damaged->objects_read_back, 1u);
+  ExpectSameAsLocal(3);
 }
 
 TEST_F(ObjectTierTest, LeaseAdmitsOneJobAndIsTakenOverWhenExpired) {

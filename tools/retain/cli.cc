@@ -77,12 +77,16 @@ FlagSet MakeFlagSet(RetainFlags* flags) {
           "Move checkpoints no rule keeps to DIR (another file system is fine) instead of "
           "deleting them: copy, fsync, verify, rename, fsync, then remove the hot copy. Or to a "
           "bucket (S3, MinIO, Ceph, R2, GCS XML; credentials and endpoint from AWS_* and "
-          "~/.aws): upload, read back, write the step's commit marker, then remove the hot "
-          "copy (docs/object-storage.md).");
+          "~/.aws): upload, check (the store's ETags, else a read-back), write the step's "
+          "commit marker, then remove the hot copy (docs/object-storage.md).");
   set.Add("upload-streams", "N", &policy.upload_streams,
           "s3:// cold tier: requests in flight at once (default 8).");
   set.Add("upload-part-size", "BYTES", &policy.upload_part_bytes,
           "s3:// cold tier: multipart part size and read-back GET size (default 16777216).");
+  set.AddBool("upload-read-back", &policy.upload_read_back,
+              "s3:// cold tier: read every object back after uploading it. Off by default: only "
+              "objects whose ETags are not the MD5 of the bytes sent are read back (a store "
+              "using SSE-KMS or SSE-C gets all of them read back anyway).");
   set.Add("max-upload-rate", "BYTES", &policy.max_upload_bytes_per_second,
           "s3:// cold tier: the most each upload stream sends per second, to spare the "
           "training job's network (default 0: unlimited).");

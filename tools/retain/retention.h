@@ -31,6 +31,7 @@ struct RetentionPolicy {
   // with an s3:// root, the root's store).
   int upload_streams = 8;
   uint64_t upload_part_bytes = uint64_t{16} << 20;
+  bool upload_read_back = false;  // `PublishOptions::read_back`
   int64_t max_upload_bytes_per_second = 0;
   absl::Duration lease_duration = absl::Hours(6);
   std::shared_ptr<ObjectStore> cold_store;

@@ -70,6 +70,12 @@ struct PublishOptions {
   // Files larger than this go up as a multipart upload of parts this size;
   // it is also the size of one read-back GET. Memory: streams * part_bytes.
   uint64_t part_bytes = uint64_t{16} << 20;
+  // Read every object back after uploading it. Without: only the objects
+  // whose ETags are not the MD5 of the bytes sent (computed here) are read
+  // back -- the store hashed what it received, so a match proves the bytes
+  // arrived whole; a store whose ETags are not MD5s (SSE-KMS, SSE-C) gets
+  // every object read back.
+  bool read_back = false;
   std::shared_ptr<FileSystem> fs;  // of `root` (null: PosixFileSystem())
 };
 
@@ -81,6 +87,9 @@ struct PublishStats {
   // Parts of an interrupted run's multipart upload found on the server with
   // the local bytes' MD5, and so not sent again.
   uint64_t parts_resumed = 0;
+  // Objects read back to check them (`PublishOptions::read_back`, or ETags
+  // that did not confirm the upload), counting each read of a re-upload.
+  uint64_t objects_read_back = 0;
 };
 
 // Publishes committed checkpoint `step` of the local `root` under `prefix`:
@@ -92,9 +101,10 @@ struct PublishStats {
 // the local bytes are kept, not sent again -- and the others aborted;
 // (4) every file is uploaded (multipart above `part_bytes`), `streams` at a
 // time, each with its CRC32C for the server to check;
-// (5) every object is read back and compared with the local file (size and
-// XXH3); one that differs is uploaded and checked once more, then kDataLoss
-// naming the key;
+// (5) every object whose ETags are not the MD5s of the bytes sent (every
+// object, with `read_back`) is read back and compared with the local file
+// (size and XXH3); one that differs is uploaded and read back once more, then
+// kDataLoss naming the key;
 // (6) the marker is written with `If-None-Match: *`; if one appeared
 // meanwhile (or our write's response was lost), it is read: ours is OK,
 // another is kAlreadyExists.

@@ -130,14 +130,19 @@ class Publisher {
       : fs_(fs), store_(store), options_(options),
         pool_(std::max(1, options.streams), "ckpt-upload", 0) {}
 
-  // Uploads `files` (all of them, or again the ones named by `only`).
-  absl::Status Upload(std::vector<LocalFile*> files) {
+  // Uploads `files`. Returns those the store did not confirm: a file is
+  // confirmed when the ETag of each of its PUTs (or of each part the server
+  // held from an interrupted run) is the MD5 of the bytes sent, as the store
+  // computed them on what it received (AWS without SSE-KMS/SSE-C, MinIO,
+  // Ceph, GCS's XML API, moto). A file whose ETag is anything else -- bytes
+  // damaged on the way, or a store whose ETags are not MD5s -- is read back.
+  absl::StatusOr<std::vector<LocalFile*>> Upload(std::vector<LocalFile*> files) {
     std::vector<UploadTask> tasks;
     std::vector<std::pair<LocalFile*, std::string>> multipart;
     absl::Status status;
     for (LocalFile* f : files) {
       if (f->bytes <= options_.part_bytes) {
-        tasks.push_back(UploadTask{f, "", 0, 0, f->bytes});
+        tasks.push_back(UploadTask{f, "", 0, 0, f->bytes, ""});
         continue;
       }
       // An interrupted run's upload of this file: resumed from the parts
@@ -173,6 +178,7 @@ class Publisher {
       }
     }
     std::vector<UploadedPart> parts(tasks.size());
+    std::vector<char> confirmed(tasks.size(), 0);
     FirstError error;
     error.Note(status);
     if (status.ok()) {
@@ -181,20 +187,28 @@ class Publisher {
         const UploadTask& t = tasks[i];
         std::vector<char> buf(t.bytes);
         absl::Status s = ReadPiece(fs_, *t.file, t.offset, buf);
-        if (s.ok() && !t.held_etag.empty() && Unquoted(PartEtag(buf)) == Unquoted(t.held_etag)) {
+        if (!s.ok()) {
+          error.Note(s);
+          return;
+        }
+        const std::string md5 = Unquoted(PartEtag(buf));
+        if (!t.held_etag.empty() && md5 == Unquoted(t.held_etag)) {
           parts[i] = UploadedPart{t.part, t.held_etag, internal::Crc32cBase64(internal::Crc32c(buf))};
+          confirmed[i] = 1;
           ++resumed_;
           return;  // the server has these bytes: not sent again
         }
-        if (s.ok() && t.upload_id.empty()) {
-          s = store_.Put(t.file->key, buf, {false, Metadata(*t.file)}).status();
-        } else if (s.ok()) {
+        absl::StatusOr<std::string> etag;
+        if (t.upload_id.empty()) {
+          etag = store_.Put(t.file->key, buf, {false, Metadata(*t.file)});
+        } else {
           auto part = store_.UploadPart(t.file->key, t.upload_id, t.part, buf);
           if (part.ok()) parts[i] = *part;
-          s = part.status();
+          etag = part.ok() ? absl::StatusOr<std::string>(part->etag) : part.status();
         }
         ++requests_;
-        error.Note(s);
+        if (etag.ok()) confirmed[i] = Unquoted(*etag) == md5;
+        error.Note(etag.status());
       });
     }
     for (const auto& [f, id] : multipart) {
@@ -209,7 +223,14 @@ class Publisher {
       // (A failed upload stays on the server: the next run resumes it, or
       // ReclaimObjectOrphans aborts it once stale.)
     }
-    return error.Get();
+    CKPT_RETURN_IF_ERROR(error.Get());
+    std::vector<LocalFile*> unconfirmed;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (!confirmed[i] && (unconfirmed.empty() || unconfirmed.back() != tasks[i].file)) {
+        unconfirmed.push_back(tasks[i].file);
+      }
+    }
+    return unconfirmed;
   }
 
   // Reads every object back; returns those whose size or XXH3 differ from
@@ -378,12 +399,18 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
   std::vector<LocalFile*> all;
   for (LocalFile& f : files) all.push_back(&f);
 
-  // (4) Upload, (5) read back; what differs goes up once more.
-  absl::Status uploaded = publisher.Upload(all);
-  if (!uploaded.ok()) return Annotate(uploaded, absl::StrCat("publishing step ", step, " to ", where));
-  auto bad = publisher.Verify(all);
+  // (4) Upload, (5) read back what the store's ETags did not confirm (all
+  // with `read_back`); what differs goes up once more and is read back.
+  auto unconfirmed = publisher.Upload(all);
+  if (!unconfirmed.ok()) {
+    return Annotate(unconfirmed.status(), absl::StrCat("publishing step ", step, " to ", where));
+  }
+  const std::vector<LocalFile*>& to_check = options.read_back ? all : *unconfirmed;
+  stats.objects_read_back += to_check.size();
+  auto bad = publisher.Verify(to_check);
   if (bad.ok() && !bad->empty()) {
-    CKPT_RETURN_IF_ERROR(publisher.Upload(*bad));
+    CKPT_RETURN_IF_ERROR(publisher.Upload(*bad).status());
+    stats.objects_read_back += bad->size();
     bad = publisher.Verify(*bad);
   }
   if (!bad.ok()) return Annotate(bad.status(), absl::StrCat("reading back step ", step, " from ", where));
