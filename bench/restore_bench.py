@@ -83,11 +83,18 @@ def files_under(path):
     return out
 
 
+def data_files(files):
+    """The files of at least 1 MiB (the data, not manifests or metadata); all
+    of them when none is that large (a smoke run's tiny state)."""
+    large = [f for f in files if os.path.getsize(f) >= 1 << 20]
+    return large or [f for f in files if os.path.getsize(f) > 0]
+
+
 def shard_files(root):
     """The data files of ckpt's newest step under `root` (no manifests)."""
     steps = sorted(d for d in os.listdir(root) if d.startswith("step"))
     step_dir = os.path.join(root, steps[-1])
-    return [f for f in files_under(step_dir) if os.path.getsize(f) >= 1 << 20]
+    return data_files(files_under(step_dir))
 
 
 # -- writing (one process, back to back) --------------------------------------
@@ -138,8 +145,7 @@ def load_worker(args):
     paths = json.loads(args.paths)
     item = args.item
     if item in LIMITS + DCP_LIMITS:
-        files = shard_files(paths["ckpt"]) if item in LIMITS else \
-            [f for f in files_under(paths["dcp"]) if os.path.getsize(f) >= 1 << 20]
+        files = shard_files(paths["ckpt"]) if item in LIMITS else data_files(files_under(paths["dcp"]))
         drop = drop_page_cache(files)
         kind = "buffered" if item.startswith("buffered") else "fio_direct"
         return print(json.dumps({"item": item, "drop": drop, **measure_limit(kind, files)}), flush=True)
@@ -195,7 +201,10 @@ def measure_limit(item, files):
     wall = time.perf_counter() - start
     job = json.loads(proc.stdout)["jobs"][0]["read"]
     # fio's own clock (runtime, ms) excludes its start-up; the bytes it read.
-    return {"seconds": job["runtime"] / 1000.0, "bytes": job["io_bytes"], "wall_s": wall, "fio_engine": engine}
+    # A read shorter than its 1 ms resolution (a smoke run's files) counts
+    # as half of it.
+    seconds = job["runtime"] / 1000.0 if job["runtime"] > 0 else 0.0005
+    return {"seconds": seconds, "bytes": job["io_bytes"], "wall_s": wall, "fio_engine": engine}
 
 
 # -- the driver -----------------------------------------------------------------

@@ -183,7 +183,7 @@ bench_distributed() {
 bench_reshard() {
   local args=(--dir="$1/reshard")
   ((QUICK)) && args+=(--quick)
-  ((SMOKE)) && args+=(--vocab=1024 --d=64 --layers=1 --repeat=1)
+  ((SMOKE)) && args+=(--vocab=1024 --d=64 --layers=1 --repeat=3)
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
     "$PYTHON" "$ROOT/bench/reshard_bench.py" "${args[@]}"

@@ -103,7 +103,7 @@ run_gtests() {
         >>"$RESULTS/extra.tsv"
       exit 1
     fi
-    ran=$(sed -n "s/^\[==========\] \([0-9]*\) tests\? from .* ran\..*/\1/p" "$log")
+    ran=$(sed -n "s/^\[==========\] \([0-9]*\) tests\? from .* ran\..*/\1/p" "$log" | tail -n 1)  # (children print their own)
     if [[ ${ran:-0} -eq 0 ]]; then
       echo "== $label: $name: the filter \"$filter\" matched no test"
       printf "%s: %s\tfailed\tthe filter %s matched no test\n" "$label" "$name" "$filter" >>"$RESULTS/extra.tsv"
