@@ -56,20 +56,25 @@ absl::Status ReadStoredBytes(ShardFiles& files, const std::string& dir, const Te
   return io.Drain();
 }
 
-// Decodes the compressed full record `stored` of `t` into `dst` and checks the
-// result against `t.xxh3`. The stored bytes are hashed only when that fails:
-// the value's checksum covers them, and a stored checksum that disagrees names
-// the cause better than the decoder's complaint or a wrong value would.
-absl::Status DecodeStored(const std::string& dir, const TensorInfo& t, const char* stored, char* dst,
-                          WorkerPool* pool) {
+// Decodes the compressed full record `stored` of `t` into `dst`. The
+// stored bytes are hashed only when the decoder fails: a stored checksum that
+// disagrees names the cause better than the decoder's complaint.
+absl::Status DecodeStoredBytes(const std::string& dir, const TensorInfo& t, const char* stored, char* dst,
+                               WorkerPool* pool) {
   const RecordCodec& codec = CodecOf(t.encoding);
   absl::Status decoded = codec.decode(stored, t.stored_bytes, dst, t.raw_bytes, t.dtype, pool);
-  if (!decoded.ok()) {
-    CKPT_RETURN_IF_ERROR(CheckStoredBytes(dir, t, stored));
-    return absl::DataLossError(absl::StrCat("tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard),
-                                            " at offset ", t.offset, ": ", codec.name, " record: ",
-                                            decoded.message()));
-  }
+  if (decoded.ok()) return absl::OkStatus();
+  CKPT_RETURN_IF_ERROR(CheckStoredBytes(dir, t, stored));
+  return absl::DataLossError(absl::StrCat("tensor \"", t.name, "\" in shard ", JoinPath(dir, t.shard),
+                                          " at offset ", t.offset, ": ", codec.name, " record: ",
+                                          decoded.message()));
+}
+
+// `DecodeStoredBytes`, then the result checked against `t.xxh3` (and, when
+// that fails, the stored bytes against `t.stored_xxh3`, to name the cause).
+absl::Status DecodeStored(const std::string& dir, const TensorInfo& t, const char* stored, char* dst,
+                          WorkerPool* pool) {
+  CKPT_RETURN_IF_ERROR(DecodeStoredBytes(dir, t, stored, dst, pool));
   const uint64_t actual = Xxh3(dst, t.raw_bytes);
   if (actual != t.xxh3) {
     CKPT_RETURN_IF_ERROR(CheckStoredBytes(dir, t, stored));
@@ -129,10 +134,18 @@ absl::Status DecodeCompressedRecords(ShardFiles& files, std::span<const RecordTa
     CKPT_ASSIGN_OR_RETURN(b, AlignedBytes::Allocate(std::max<uint64_t>(largest, 1), false));
   }
   WorkerPool* pool = files.codec_pool();
+  // Three stages, each on its own thread, record after record: this one
+  // reads, the decoder decodes (blocks on the pool), the hasher checks the
+  // decoded value (one XXH3 stream per record, serial) while the next record
+  // decodes. A stored checksum is checked only where decoding fails: the
+  // buffer is reused once a record is decoded.
   Mutex mu;
   size_t read = 0;     // records whose stored bytes are in their buffer
-  size_t decoded = 0;  // records decoded (or given up on)
-  absl::Status failed;  // the first failure, of either side
+  size_t decoded = 0;  // records decoded (their buffers free again)
+  absl::Status failed;  // the first failure, of any stage
+  auto fail = [&](absl::Status s) {  // REQUIRES: mu held
+    if (!s.ok() && failed.ok()) failed = std::move(s);
+  };
   std::thread decoder([&] {
     for (size_t i = 0; i < records.size(); ++i) {
       {
@@ -141,12 +154,28 @@ absl::Status DecodeCompressedRecords(ShardFiles& files, std::span<const RecordTa
         if (!failed.ok()) return;
       }
       const RecordTarget& r = records[i];
-      absl::Status s = DecodeStored(*r.dir, *r.info, static_cast<const char*>(buffers[i % 2].data()),
-                                    r.dst, pool);
+      absl::Status s = DecodeStoredBytes(*r.dir, *r.info, static_cast<const char*>(buffers[i % 2].data()),
+                                         r.dst, pool);
       MutexLock lock(&mu);
-      if (!s.ok() && failed.ok()) failed = std::move(s);
-      ++decoded;
+      fail(std::move(s));
       if (!failed.ok()) return;
+      ++decoded;
+    }
+  });
+  std::thread hasher([&] {
+    for (size_t i = 0; i < records.size(); ++i) {
+      {
+        MutexLock lock(&mu);
+        mu.Await([&] { return decoded > i || !failed.ok(); });
+        if (!failed.ok()) return;
+      }
+      const TensorInfo& t = *records[i].info;
+      const uint64_t actual = Xxh3(records[i].dst, t.raw_bytes);
+      if (actual != t.xxh3) {
+        MutexLock lock(&mu);
+        fail(ChecksumMismatch(*records[i].dir, t, actual));
+        return;
+      }
     }
   });
   for (size_t i = 0; i < records.size(); ++i) {
@@ -158,11 +187,12 @@ absl::Status DecodeCompressedRecords(ShardFiles& files, std::span<const RecordTa
     const RecordTarget& r = records[i];
     absl::Status s = ReadStoredBytes(files, *r.dir, *r.info, buffers[i % 2].data());
     MutexLock lock(&mu);
-    if (!s.ok() && failed.ok()) failed = std::move(s);
+    fail(std::move(s));
     if (!failed.ok()) break;
     ++read;
   }
   decoder.join();
+  hasher.join();
   return failed;
 }
 

@@ -58,9 +58,10 @@ absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, c
 
 // `DecodeCompressedRecord` for each of `records`, in order, pipelined: the
 // next record's stored bytes are read (on this thread, through `files`'
-// queue) while a decoder thread decodes and hashes this one with
-// `files.codec_pool()`. Two read buffers, the size of the largest record,
-// serve them all. Stops at the first failure and returns it.
+// queue) while a decoder thread decodes this one with `files.codec_pool()`
+// and a hasher thread checks the one before. Two read buffers, the size of
+// the largest record, serve them all. Stops at the first failure and
+// returns it.
 absl::Status DecodeCompressedRecords(ShardFiles& files, std::span<const RecordTarget> records);
 
 // The records of tensor `name` in the links after `base` of `chain`, oldest
