@@ -6,12 +6,14 @@ saved locally with ckpt. Then, against moto's S3 server on loopback (the same
 server, the same run):
 
   ckpt_upload     `ckpt-retain --keep-last 1 --cold-dir s3://...` moving that
-                  step: every file uploaded (16 MiB parts, 8 streams), read
-                  back and checked, the commit marker written, the hot copy
-                  removed (the protocol of docs/object-storage.md)
+                  step: every file uploaded (16 MiB parts, 8 streams) and
+                  checked by the ETags moto returns (MD5s: nothing read
+                  back), the lease taken and released, the commit marker
+                  written and read back, the hot copy removed (the protocol
+                  of docs/object-storage.md)
   boto3_upload    boto3's S3Transfer.upload_file of the same files (its
                   defaults: 8 MiB multipart threshold and parts, 10 threads);
-                  no read-back, no marker
+                  no check, no marker
   ckpt_restore    ckpt.load("s3://...") of the step (every tensor checked)
   boto3_restore   boto3's download_fileobj of the same objects into memory
 
@@ -163,7 +165,7 @@ def main():
             "boto3_upload_mb_s": round(total / 2**20 / med["boto3_upload"], 1),
             "ckpt_restore_mb_s": round(total / 2**20 / med["ckpt_restore"], 1),
             "boto3_restore_mb_s": round(total / 2**20 / med["boto3_restore"], 1),
-            "note": "ckpt upload includes read-back of every byte and the commit marker; boto3's does not",
+            "note": "ckpt upload includes its lease, ETag checks, the commit marker and removing the hot copy; boto3's does not",
         }), flush=True)
     finally:
         server.stdin.close()
