@@ -2,6 +2,7 @@
 // dtype and special value restores bit-exactly through Read, ReadInto and
 // Verify, with the adaptive rule on and off, alone and under deltas; float
 // state shrinks, and damage is named.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -183,7 +184,7 @@ TEST_P(PlanesCompressionTest, ManyRecordsReadIntoCallerMemory) {
     }
     ASSERT_TRUE((*reader)->ReadInto(targets).ok()) << "round " << round;
     for (size_t i = 0; i < state.size(); ++i) {
-      ASSERT_EQ(0, std::memcmp(out[i].data(), state[i].bytes.data(), state[i].bytes.size()))
+      ASSERT_TRUE(std::equal(state[i].bytes.begin(), state[i].bytes.end(), out[i].begin()))
           << state[i].name;
       EXPECT_EQ(out[i].back(), 0xEE) << state[i].name << ": written past its end";
     }
