@@ -83,6 +83,15 @@ absl::Status DecodeStored(const std::string& dir, const TensorInfo& t, const cha
   return absl::OkStatus();
 }
 
+// `t`'s stored bytes, read into memory of their own, unchecked.
+absl::StatusOr<AlignedBytes> ReadStoredUnchecked(ShardFiles& files, const std::string& dir,
+                                                 const TensorInfo& t) {
+  CKPT_ASSIGN_OR_RETURN(File * file, files.Get(dir, t.shard));
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(StoredReadLength(file, t), false));
+  CKPT_RETURN_IF_ERROR(ReadStoredBytes(files, dir, t, stored.data()));
+  return stored;
+}
+
 absl::Status RequireCompressed(const TensorInfo& t) {
   const RecordCodec& codec = CodecOf(t.encoding);
   if (codec.is_compressed) return absl::OkStatus();
@@ -94,9 +103,7 @@ absl::Status RequireCompressed(const TensorInfo& t) {
 
 absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::string& dir,
                                               const TensorInfo& t) {
-  CKPT_ASSIGN_OR_RETURN(File * file, files.Get(dir, t.shard));
-  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(StoredReadLength(file, t), false));
-  CKPT_RETURN_IF_ERROR(ReadStoredBytes(files, dir, t, stored.data()));
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStoredUnchecked(files, dir, t));
   CKPT_RETURN_IF_ERROR(CheckStoredBytes(dir, t, static_cast<const char*>(stored.data())));
   return stored;
 }
@@ -104,9 +111,7 @@ absl::StatusOr<AlignedBytes> ReadStoredRecord(ShardFiles& files, const std::stri
 absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, const TensorInfo& t,
                                     char* dst) {
   CKPT_RETURN_IF_ERROR(RequireCompressed(t));
-  CKPT_ASSIGN_OR_RETURN(File * file, files.Get(dir, t.shard));
-  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, AlignedBytes::Allocate(StoredReadLength(file, t), false));
-  CKPT_RETURN_IF_ERROR(ReadStoredBytes(files, dir, t, stored.data()));
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes stored, ReadStoredUnchecked(files, dir, t));
   // Only checking: decoded into memory of its own, dropped after.
   AlignedBytes scratch;
   if (dst == nullptr) {
