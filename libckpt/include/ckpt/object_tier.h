@@ -6,9 +6,10 @@
 //   P/.ckpt-retain.lease           held by the job tiering into P
 // A step is visible (to `ObjectFileSystem`, `ckpt-restore --root s3://`,
 // `ckpt.load("s3://")`) exactly when its marker exists. The marker is
-// written only after every file was uploaded, read back and found equal (size
-// and XXH3) to the local file, and only with `If-None-Match: *`; a delta's
-// only after its base's.
+// written only after every file was uploaded and found equal to the local
+// file -- by the store's ETags (the MD5 of what it received), else read back
+// and compared by size and XXH3 -- and only with `If-None-Match: *`; a
+// delta's only after its base's.
 #ifndef CKPT_OBJECT_TIER_H_
 #define CKPT_OBJECT_TIER_H_
 

@@ -2,8 +2,8 @@
 
 Each checkpoint the Checkpointer commits locally is then published to the
 bucket by one background thread, in commit order (a delta after its base),
-through `torch.ops.ckpt.publish_checkpoint`: every file uploaded, read back
-and checked, the commit marker written last, under the prefix's lease
+through `torch.ops.ckpt.publish_checkpoint`: every file uploaded and checked
+(by the store's MD5 ETags, else read back), the commit marker written last, under the prefix's lease
 (docs/object-storage.md). The extension releases the GIL while it uploads.
 Memory: `streams` x `part_bytes`; bandwidth: `max_upload_rate` bytes per
 second per stream (0: unlimited). An upload failure never fails the save:
