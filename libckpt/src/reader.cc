@@ -82,6 +82,7 @@ class ReaderImpl final : public Reader {
   uint64_t bytes_read() const override { return files_.bytes_read(); }
   absl::StatusOr<Tensor> Read(absl::string_view name) override;
   absl::StatusOr<std::vector<Tensor>> ReadAll() override;
+  absl::StatusOr<std::vector<Tensor>> ReadNamed(std::span<const std::string> names) override;
   using Reader::Verify;
   absl::Status Verify(const VerifyProgress& progress) override;
 
@@ -97,6 +98,8 @@ class ReaderImpl final : public Reader {
   // its raw bytes), verifying each: its newest whole record, then the links
   // of its delta chain after that, all of them together (`ChainApplier`).
   absl::Status ReadRecords(std::span<const RecordRef> records, std::span<char* const> dsts);
+  // Reads `infos` into new memory (ReadAll, ReadNamed).
+  absl::StatusOr<std::vector<Tensor>> ReadNew(std::span<const TensorInfo* const> infos);
   // Reads whole records (compressed ones one at a time, raw ones together).
   absl::Status ReadWholeRecords(std::span<const RecordTarget> records);
   // The position of tensor `name` in the view; kNotFound naming it.
@@ -268,13 +271,30 @@ absl::StatusOr<Tensor> ReaderImpl::Read(absl::string_view name) {
 }
 
 absl::StatusOr<std::vector<Tensor>> ReaderImpl::ReadAll() {
+  std::vector<const TensorInfo*> infos;
+  infos.reserve(view_.tensors.size());
+  for (const TensorInfo& info : view_.tensors) infos.push_back(&info);
+  return ReadNew(infos);
+}
+
+absl::StatusOr<std::vector<Tensor>> ReaderImpl::ReadNamed(std::span<const std::string> names) {
+  std::vector<const TensorInfo*> infos;
+  infos.reserve(names.size());
+  for (const std::string& name : names) {
+    CKPT_ASSIGN_OR_RETURN(const size_t i, IndexOf(name));
+    infos.push_back(&view_.tensors[i]);
+  }
+  return ReadNew(infos);
+}
+
+absl::StatusOr<std::vector<Tensor>> ReaderImpl::ReadNew(std::span<const TensorInfo* const> infos) {
   std::vector<Tensor> tensors;
   std::vector<ReadTarget> targets;
-  tensors.reserve(view_.tensors.size());
-  for (const TensorInfo& info : view_.tensors) {
-    Tensor tensor{info.name, info.dtype, info.shape, {}};
-    CKPT_ASSIGN_OR_RETURN(tensor.bytes, AlignedBytes::Allocate(info.raw_bytes, false));
-    targets.push_back(ReadTarget{info.name, tensor.bytes.data(), tensor.bytes.size()});
+  tensors.reserve(infos.size());
+  for (const TensorInfo* info : infos) {
+    Tensor tensor{info->name, info->dtype, info->shape, {}};
+    CKPT_ASSIGN_OR_RETURN(tensor.bytes, AlignedBytes::Allocate(info->raw_bytes, false));
+    targets.push_back(ReadTarget{info->name, tensor.bytes.data(), tensor.bytes.size()});
     tensors.push_back(std::move(tensor));
   }
   // The memory is new: other cores fault it in ahead of the reads, so the

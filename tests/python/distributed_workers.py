@@ -43,6 +43,14 @@ _runs = itertools.count()
 def _context():
     global _ctx
     if _ctx is None:
+        # The forkserver imports its preloads before it takes this process's
+        # sys.path (Python 3.11 passes it but does not apply it), so without
+        # PYTHONPATH it would import an installed ckpt over the tree under
+        # test, and this module not at all: it inherits the environment.
+        here = os.path.dirname(os.path.abspath(__file__))
+        package = os.path.dirname(os.path.dirname(os.path.abspath(ckpt.__file__)))
+        paths = [here, package] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         _ctx = multiprocessing.get_context("forkserver")
         _ctx.set_forkserver_preload(["torch", "torch.distributed", "ckpt", __name__])
     return _ctx

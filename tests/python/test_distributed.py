@@ -386,3 +386,40 @@ def test_load_with_group_agrees_on_the_step(root, workdir, tmp_path):
     assert v0["damaged"] is not None and v0["damaged"] == v1["damaged"], (v0, v1)
     assert v0["damaged"]["type"] == "CorruptCheckpointError", v0
     assert _mentions_rank(v0["damaged"]["message"], 1), v0
+
+
+def test_load_reads_replicated_state_once(root, workdir):
+    """With a group, each replicated tensor is read from storage by one rank
+    and broadcast: bit-exact on every rank (fresh, into a model with tied
+    weights, a non-contiguous destination, a delta step), every replicated
+    byte read once in total; read_once=False reads it on every rank; a
+    damaged replicated record read by rank 1 makes both ranks fall back."""
+    w = workers.run_world("read_once_workers:read_once", 2, workdir, timeout=240, root=root)
+    w.check()
+    v0, v1 = w.value(0), w.value(1)
+    for r, v in enumerate((v0, v1)):
+        assert v["errors"] == [], f"rank {r}: " + "\n".join(v["errors"])
+    for step in (1, 3):  # full checkpoints: bytes read against their size on disk
+        info = ckpt.describe(root, step)
+        on_disk = _dir_bytes(info["dir"])
+        rep = sum(t["raw_bytes"] for t in info["tensors"] if t["placement"] == "replicated")
+        for kind in range(2):  # fresh, into
+            s0, s1 = v0["loads"][str(step)][kind], v1["loads"][str(step)][kind]
+            total = s0["bytes_read"] + s1["bytes_read"]
+            print(f"\nstep {step} {'into' if kind else 'fresh'}: ranks read {s0['bytes_read']} + "
+                  f"{s1['bytes_read']} = {total / on_disk:.3f}x its {on_disk} bytes; received "
+                  f"{s0['bytes_received']} + {s1['bytes_received']}")
+            assert total <= 1.05 * on_disk, (step, kind, s0, s1, on_disk)
+            assert s0["shared_tensors"] == s1["shared_tensors"] > 300, (s0, s1)
+            for s in (s0, s1):  # each rank read some and received the rest
+                assert 0.25 * rep < s["bytes_received"] < 0.75 * rep, (s, rep)
+    for kind in range(2):  # every rank reads all of it itself
+        s0, s1 = v0["loads"]["all_read"][kind], v1["loads"]["all_read"][kind]
+        assert "bytes_received" not in s0 and "bytes_received" not in s1, (s0, s1)
+    assert v0["damaged"].startswith("model.") or v0["damaged"].startswith("optim."), v0["damaged"]
+    for v in (v0, v1):
+        assert v["fallback"]["steps"] == [2, 2], v["fallback"]
+        assert any("skipped step 3" in m for m in v["fallback"]["warnings"]), v["fallback"]
+        assert v["damaged_step"]["type"] == "CorruptCheckpointError", v["damaged_step"]
+        assert _mentions_rank(v["damaged_step"]["message"], 1), v["damaged_step"]
+        assert v0["damaged"] in v["damaged_step"]["message"], v["damaged_step"]

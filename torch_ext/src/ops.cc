@@ -133,6 +133,17 @@ TORCH_LIBRARY(ckpt, m) {
       .def("rank", &EngineHolder::rank)
       .def("world_size", &EngineHolder::world_size);
 
+  m.class_<StepReaderHolder>("StepReader")
+      .def(torch::init<std::string, int64_t, int64_t>())
+      .def("step", &StepReaderHolder::step)
+      .def("world_size", &StepReaderHolder::world_size)
+      .def("extras", &StepReaderHolder::extras)
+      .def("read_into",
+           [](const c10::intrusive_ptr<StepReaderHolder>& self, std::vector<std::string> names,
+              std::vector<at::Tensor> tensors) { self->ReadInto(names, tensors); })
+      .def("read_new", &StepReaderHolder::ReadNew)
+      .def("bytes_read", &StepReaderHolder::bytes_read);
+
   m.class_<NewestFirstHolder>("NewestFirst")
       .def(torch::init<std::string>())
       .def("next", &NewestFirstHolder::Next)

@@ -138,6 +138,55 @@ absl::Status ReadIntoDevice(Reader& reader, const std::vector<DeviceTarget>& tar
   return absl::OkStatus();
 }
 
+// Fills `tensors` in place with the named tensors of `reader`'s checkpoint
+// (ReadIntoStep, StepReader.read_into): invalid requests (a name the
+// checkpoint lacks, a dtype or shape that differs) throw before anything is
+// read; a library error is returned.
+absl::Status FillInto(Reader& reader, const std::string& root, const std::vector<std::string>& names,
+                      at::TensorList tensors) {
+  // Tensors that are CPU and contiguous are filled in place; other CPU
+  // ones through a CPU temporary, copied over only once all reads
+  // verified.
+  // CUDA tensors through pinned host memory, overlapping their
+  // host-to-device copies with the reads (`ReadIntoDevice`).
+  std::vector<ReadTarget> targets;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (temporary, destination)
+  std::vector<DeviceTarget> device_targets;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const at::Tensor& dst = tensors[i];
+    const TensorInfo* info = reader.Find(names[i]);
+    TORCH_CHECK_VALUE(info != nullptr, "ckpt: step ", reader.step(), " in ", root,
+                      " has no tensor \"", names[i], "\"");
+    TORCH_CHECK_VALUE(dst.defined() && dst.layout() == c10::kStrided, "ckpt: destination of \"",
+                      names[i], "\" is not a dense tensor");
+    std::optional<DType> dtype = ToCkptDType(dst.scalar_type());
+    TORCH_CHECK_TYPE(dtype == info->dtype, "ckpt: tensor \"", names[i], "\" of step ",
+                     reader.step(), " is ", std::string(DTypeName(info->dtype)),
+                     " but its destination is ", DTypeNameOf(dst.scalar_type()));
+    TORCH_CHECK_VALUE(std::equal(info->shape.begin(), info->shape.end(), dst.sizes().begin(),
+                                 dst.sizes().end()),
+                      "ckpt: tensor \"", names[i], "\" of step ", reader.step(),
+                      " has shape ", c10::IntArrayRef(info->shape),
+                      " but its destination has shape ", dst.sizes());
+    if (info->raw_bytes == 0) continue;
+    if (dst.is_cuda()) {
+      device_targets.push_back(DeviceTarget{names[i], dst, info->raw_bytes});
+      continue;
+    }
+    at::Tensor host = dst;
+    if (!dst.is_cpu() || !dst.is_contiguous()) {
+      host = at::empty(dst.sizes(), dst.options().device(c10::kCPU));
+      copies.emplace_back(host, dst);
+    }
+    targets.push_back(ReadTarget{names[i], host.data_ptr(), info->raw_bytes});
+  }
+  absl::Status status = reader.ReadInto(targets);
+  if (status.ok()) status = ReadIntoDevice(reader, device_targets);
+  if (!status.ok()) return status;
+  for (auto& [host, dst] : copies) dst.copy_(host);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<int64_t> ListSteps(const std::string& root) {
@@ -182,49 +231,9 @@ std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
   const int64_t chosen = ReadNewest(
       root, step, Rank(rank),
       [&](Reader& reader) {
-        // Tensors that are CPU and contiguous are filled in place; other CPU
-        // ones through a CPU temporary, copied over only once all reads
-        // verified.
-        // CUDA tensors through pinned host memory, overlapping their
-        // host-to-device copies with the reads (`ReadIntoDevice`).
-        std::vector<ReadTarget> targets;
-        std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (temporary, destination)
-        std::vector<DeviceTarget> device_targets;
-        for (size_t i = 0; i < names.size(); ++i) {
-          const at::Tensor& dst = tensors[i];
-          const TensorInfo* info = reader.Find(names[i]);
-          TORCH_CHECK_VALUE(info != nullptr, "ckpt: step ", reader.step(), " in ", root,
-                            " has no tensor \"", names[i], "\"");
-          TORCH_CHECK_VALUE(dst.defined() && dst.layout() == c10::kStrided, "ckpt: destination of \"",
-                            names[i], "\" is not a dense tensor");
-          std::optional<DType> dtype = ToCkptDType(dst.scalar_type());
-          TORCH_CHECK_TYPE(dtype == info->dtype, "ckpt: tensor \"", names[i], "\" of step ",
-                           reader.step(), " is ", std::string(DTypeName(info->dtype)),
-                           " but its destination is ", DTypeNameOf(dst.scalar_type()));
-          TORCH_CHECK_VALUE(std::equal(info->shape.begin(), info->shape.end(), dst.sizes().begin(),
-                                       dst.sizes().end()),
-                            "ckpt: tensor \"", names[i], "\" of step ", reader.step(),
-                            " has shape ", c10::IntArrayRef(info->shape),
-                            " but its destination has shape ", dst.sizes());
-          if (info->raw_bytes == 0) continue;
-          if (dst.is_cuda()) {
-            device_targets.push_back(DeviceTarget{names[i], dst, info->raw_bytes});
-            continue;
-          }
-          at::Tensor host = dst;
-          if (!dst.is_cpu() || !dst.is_contiguous()) {
-            host = at::empty(dst.sizes(), dst.options().device(c10::kCPU));
-            copies.emplace_back(host, dst);
-          }
-          targets.push_back(ReadTarget{names[i], host.data_ptr(), info->raw_bytes});
-        }
-        absl::Status status = reader.ReadInto(targets);
-        if (!status.ok()) return status;
-        status = ReadIntoDevice(reader, device_targets);
-        if (!status.ok()) return status;
-        for (auto& [host, dst] : copies) dst.copy_(host);
-        extras = reader.extras_json();
-        return absl::OkStatus();
+        absl::Status status = FillInto(reader, root, names, tensors);
+        if (status.ok()) extras = reader.extras_json();
+        return status;
       },
       &skipped);
   return {chosen, std::move(extras), std::move(skipped)};
@@ -306,6 +315,33 @@ void VerifyStep(const std::string& root, int64_t step, std::optional<int64_t> ra
   std::unique_ptr<Reader> reader = OpenOrThrow(root, step, Rank(rank));
   ThrowIfError(reader->Verify(),
                absl::StrCat("ckpt: verify step ", step, " in ", root, OfRank(Rank(rank)), ": "));
+}
+
+StepReaderHolder::StepReaderHolder(const std::string& root, int64_t step, int64_t rank)
+    : root_(root) {
+  TORCH_CHECK_VALUE(step >= 0, "ckpt: StepReader needs a step >= 0, got ", step);
+  TORCH_CHECK_VALUE(rank >= -1, "ckpt: StepReader's rank must be >= 0 (or -1: all of it), got ", rank);
+  if (rank >= 0) rank_ = Rank(rank);
+  reader_ = OpenOrThrow(root, step, rank_);
+}
+
+std::string StepReaderHolder::Context() const {
+  return absl::StrCat("ckpt: load step ", reader_->step(), " from ", root_, OfRank(rank_), ": ");
+}
+
+void StepReaderHolder::ReadInto(const std::vector<std::string>& names, at::TensorList tensors) {
+  TORCH_CHECK_VALUE(names.size() == tensors.size(), "ckpt: StepReader.read_into got ", names.size(),
+                    " names but ", tensors.size(), " tensors");
+  ThrowIfError(FillInto(*reader_, root_, names, tensors), Context());
+}
+
+std::vector<at::Tensor> StepReaderHolder::ReadNew(const std::vector<std::string>& names) {
+  auto read = reader_->ReadNamed(names);
+  ThrowIfError(read.status(), Context());
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(read->size());
+  for (Tensor& t : *read) tensors.push_back(FromCkptTensor(std::move(t)));
+  return tensors;
 }
 
 NewestFirstHolder::NewestFirstHolder(const std::string& root) : root_(root) {

@@ -12,6 +12,7 @@
 #include <torch/custom_class.h>
 
 #include "ckpt/newest.h"
+#include "ckpt/reader.h"
 
 namespace ckpt::torch_ext {
 
@@ -96,6 +97,38 @@ class NewestFirstHolder : public torch::CustomClassHolder {
  private:
   std::string root_;
   std::optional<NewestFirst> walk_;
+};
+
+// `StepReaderHolder` is `torch.classes.ckpt.StepReader`: one checkpoint
+// opened once (its manifests parsed, its files opened, one ring) and read
+// from in several calls, which a load that interleaves its reads with other
+// work needs (ckpt.load with a process group reads its share of the
+// replicated tensors a batch at a time while the batch before travels to the
+// other ranks):
+//   reader = torch.classes.ckpt.StepReader(root, step, rank)  # rank -1: all
+//   reader.read_into(names, tensors); tensors = reader.read_new(names)
+//   reader.bytes_read()
+// Errors raise as the load ops' do (CheckpointError from the Python side).
+class StepReaderHolder : public torch::CustomClassHolder {
+ public:
+  StepReaderHolder(const std::string& root, int64_t step, int64_t rank);
+
+  int64_t step() const { return reader_->step(); }
+  int64_t world_size() const { return reader_->world_size(); }
+  std::string extras() const { return reader_->extras_json(); }
+  // Fills `tensors` in place, as ReadIntoStep does.
+  void ReadInto(const std::vector<std::string>& names, at::TensorList tensors);
+  // The named tensors in new CPU tensors (Reader::ReadNamed).
+  std::vector<at::Tensor> ReadNew(const std::vector<std::string>& names);
+  // Bytes read from shard files so far (Reader::bytes_read).
+  int64_t bytes_read() const { return static_cast<int64_t>(reader_->bytes_read()); }
+
+ private:
+  std::string Context() const;
+
+  std::string root_;
+  std::optional<int> rank_;
+  std::unique_ptr<Reader> reader_;
 };
 
 }  // namespace ckpt::torch_ext

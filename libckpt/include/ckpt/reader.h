@@ -149,6 +149,11 @@ class Reader {
   virtual absl::StatusOr<Tensor> Read(absl::string_view name) = 0;
   // Reads every tensor into new memory, in manifest order.
   virtual absl::StatusOr<std::vector<Tensor>> ReadAll() = 0;
+  // Reads the named tensors into new memory, in the order given (a part of
+  // the view: the tensors a rank reads for others too, say). The memory is
+  // faulted in by other cores ahead of the reads, as for `ReadAll`.
+  // kNotFound naming the first name the view lacks, before anything is read.
+  virtual absl::StatusOr<std::vector<Tensor>> ReadNamed(std::span<const std::string> names) = 0;
   // Reads every record and checks every checksum without keeping the data;
   // a delta is rebuilt through its chain, checking each link's records it
   // uses. `progress` (may be null) is told the tensor bytes checked as it

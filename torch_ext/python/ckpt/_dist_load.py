@@ -21,7 +21,7 @@ chunks and replicated tensors), as loading.py does without a rank.
 loading.py calls this module and hands it the loads it needs, so this module
 imports nothing of the package above errors.py (no import cycle).
 """
-from .errors import CheckpointError, error_for
+from .errors import CheckpointError, error_for, translate
 
 _KINDS = {"ValueError": ValueError, "TypeError": TypeError}
 
@@ -35,7 +35,7 @@ def _failure(error):
             else str(error))
 
 
-def _collective(group, root, fn):
+def collective(group, root, fn):
     """Runs fn() -> (shared, value) on this rank, as every rank of `group`
     does; returns every rank's `shared` and this rank's `value`. If fn raised
     on any rank, raises on every rank alike: the class of the first failed
@@ -76,7 +76,7 @@ def load_with_group(root, step, group, load_part, world_of, newest_that_reads):
 
     if step is not None and int(step) >= 0:
         step = int(step)
-        return step, _collective(group, root, lambda: (step, attempt(step)))[1]
+        return step, collective(group, root, lambda: (step, attempt(step)))[1]
 
     def propose():  # (step, (step, state)): the newest this rank can load at most `bound`
         got = kept if kept is not None and kept[0] == bound else newest_that_reads(
@@ -85,7 +85,44 @@ def load_with_group(root, step, group, load_part, world_of, newest_that_reads):
 
     bound, kept = None, None  # kept: (step, state) this rank loaded
     while True:
-        steps, kept = _collective(group, root, propose)
+        steps, kept = collective(group, root, propose)
         bound = min(steps)
         if all(s == bound for s in steps):
             return kept
+
+
+def load_with_group_shared(root, step, group, attempt, walk, warn):
+    """(step, state) as load_with_group, for loads that are collectives
+    themselves (_read_once: each replicated tensor read by one rank and sent
+    to the others). attempt(s): the state of step `s`, run by every rank
+    together, raising alike on every rank (a CheckpointError: `s` does not
+    load). walk: this rank's torch.classes.ckpt.NewestFirst; warn(lines,
+    who): warns of the steps skipped.
+
+    The step: every rank proposes its newest step at most a bound; the
+    smallest proposal is loaded by all; if it fails, every rank skips it and
+    the bound drops below it."""
+    if step is not None and int(step) >= 0:
+        return int(step), attempt(int(step))
+    bound, pending = None, None
+
+    def propose():  # (step, None): this rank's newest step at most `bound`
+        nonlocal pending
+        while pending is None or (bound is not None and pending > bound):
+            with translate():
+                pending = walk.next()
+                if pending is None:
+                    walk.raise_none_left()
+        return pending, None
+
+    while True:
+        steps, _ = collective(group, root, propose)
+        chosen = min(steps)
+        try:
+            state = attempt(chosen)
+        except CheckpointError as e:
+            walk.skip(chosen, e.code or "", str(e))
+            bound = chosen - 1
+            continue
+        warn(walk.skipped(), f"rank {group.rank()} ")
+        return chosen, state

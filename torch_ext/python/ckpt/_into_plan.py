@@ -125,7 +125,7 @@ class IntoPlan:
                 continue
             t = self.manifest[name]
             self._check_global(name, ())
-            dst = torch.empty(t["shape"], dtype=_dtype(t["dtype"], name))
+            dst = torch.empty(t["shape"], dtype=dtype_of(t["dtype"], name))
             self.names.append(name)
             self.dsts.append(dst)
             self._new[name] = dst
@@ -135,7 +135,7 @@ class IntoPlan:
         """TypeError/ValueError unless `dst` (a tensor or a DTensor: its global
         shape) matches tensor `name` in dtype and shape and is dense."""
         t = self.manifest[name]
-        dtype = _dtype(t["dtype"], name)
+        dtype = dtype_of(t["dtype"], name)
         if dst.dtype != dtype:
             raise TypeError(f"ckpt: {_tree.where(path)} is {_dtype_name(dst.dtype)} but tensor "
                             f"{name!r} of step {self.step} is {t['dtype']}")
@@ -279,7 +279,7 @@ def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 
 
-def _dtype(name, tensor):
+def dtype_of(name, tensor):
     try:
         return _DTYPES[name]
     except KeyError:

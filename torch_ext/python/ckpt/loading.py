@@ -7,8 +7,8 @@ import warnings
 
 import torch
 
-from . import _dist_load, _distributed, _lib, _tree
-from ._into_plan import GLOBAL_PLACEMENTS, IntoPlan
+from . import _dist_load, _distributed, _lib, _read_once, _tree
+from ._into_plan import GLOBAL_PLACEMENTS, IntoPlan, dtype_of
 from .checkpointer import EXTRAS_KEY
 from .errors import CheckpointError, translate, wrap
 
@@ -56,7 +56,7 @@ def _rank(rank):
 
 
 def load(root, step=None, into=None, with_step=False, strict=None, process_group=None, rank=None,
-         with_stats=False):
+         with_stats=False, read_once=True):
     """Reads checkpoint `step` of `root`; returns the saved structure, or
     updates `into` in place and returns it.
 
@@ -95,7 +95,9 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
         tensors, or of the DTensors' boxes, filled or returned), "bytes_read"
         (bytes read from shard files, block rounding included, as the reader
         counted them; None where it was not counted: loads without a DTensor
-        in `into`)}.
+        in `into` and without read_once)}; read_once loads add
+        "bytes_received" (tensor bytes this rank got from other ranks) and
+        "shared_tensors" (how many tensors were read once for the group).
     process_group: load this rank's part of a multi-rank checkpoint on every
         rank of the group (a collective: every rank must call it). The step is
         the same on every rank: the newest one every rank can read its part
@@ -104,6 +106,13 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
         its global tensors (DTensors' and replicated ones) on every rank,
         through rank 0's part; tensors of a rank's own (rank-local, default)
         are refused there.
+    read_once: with a process group that can broadcast CPU tensors (gloo,
+        or "cpu:gloo,cuda:nccl") and a checkpoint of as many ranks, each
+        replicated tensor every rank loads into CPU memory is read from
+        storage by one rank and broadcast to the others, overlapped with the
+        reads (a DDP state is read once in total, not once per rank; see
+        docs/distributed.md, "Reading back"). False: every rank reads its
+        whole part itself.
     rank: without a group, which part of a multi-rank checkpoint to load: a
         rank r (its own tensors and the replicated ones, as that rank saved
         them), or "all" ({rank: state} for every rank; no `into`). With
@@ -131,10 +140,14 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
                 return _read_part(root, s, part, stats)[1]
             return _load_into(root, s, into, strict, part, stats)[1]
 
-        chosen, state = _dist_load.load_with_group(
-            root, step, _distributed.check_group(process_group), load_part,
-            lambda s: describe(root, s).get("world_size", 1),
-            lambda attempt, bound, who: newest_that_reads(root, attempt, bound, who=who))
+        group = _distributed.check_group(process_group)
+        if read_once and group.size() > 1 and _read_once.usable(group):
+            chosen, state = _load_shared(root, step, group, into, strict, stats)
+        else:
+            chosen, state = _dist_load.load_with_group(
+            root, step, group, load_part,
+                lambda s: describe(root, s).get("world_size", 1),
+                lambda attempt, bound, who: newest_that_reads(root, attempt, bound, who=who))
     elif isinstance(rank, str) and rank == "all":
         if into is not None:
             raise ValueError('ckpt: rank="all" returns {rank: state}; it does not load into a state '
@@ -149,6 +162,81 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
         stats["step"] = chosen
         return out + (stats,)
     return out if with_step else state
+
+
+def _load_shared(root, step, group, into, strict, stats):
+    """(step, state) of a load with `group` that reads each replicated tensor
+    once for the group (_read_once); a checkpoint of another number of ranks
+    loads as without sharing (its global tensors on every rank)."""
+    rank, world = group.rank(), group.size()
+    state_dicts = {}
+
+    def attempt(s):
+        if describe(root, s).get("world_size", 1) != world:  # resharding: every rank its own reads
+            got = {}
+            state = (_read_part(root, s, None, got)[1] if into is None
+                     else _load_step_into(root, s, into, strict, state_dicts, None, got))
+            stats.update(got)
+            return state
+        state, shared = _read_once.load_step(group, root, s, lambda: _plan_part(root, s, rank, into, strict,
+                                                                                  state_dicts, stats))
+        stats.update(shared)
+        stats["bytes_read"] += stats.pop("bytes_read_boxes", 0)
+        return state
+
+    with translate():
+        walk = torch.classes.ckpt.NewestFirst(root)
+    return _dist_load.load_with_group_shared(root, step, group, attempt, walk,
+                                             lambda lines, who: _warn_skipped(root, lines, who))
+
+
+def _plan_part(root, step, rank, into, strict, state_dicts, stats):
+    """This rank's plan for _read_once.load_step: (reader, items, finish)."""
+    info = describe(root, step, rank)
+    manifest = {t["name"]: t for t in info["tensors"]}
+    with translate():
+        reader = torch.classes.ckpt.StepReader(root, step, rank)
+    extras = info["extras"]
+    if into is None:
+        items = [_read_once.Item(n, None, t["shape"], dtype_of(t["dtype"], n), t["raw_bytes"],
+                                 t.get("placement") == "replicated") for n, t in manifest.items()]
+
+        def finish(tensors):
+            stats["bytes_loaded"] = sum(t.numel() * t.element_size() for t in tensors.values())
+            return _rebuild(extras, tensors)
+        return reader, items, finish
+    meta = extras.get(EXTRAS_KEY) if isinstance(extras, dict) else None
+    if meta is None:  # no saved structure: a flat {tensor name: tensor}
+        tree = {"$dict": [[n, {"$tensor": n}] for n in manifest]}
+    else:
+        _tree.check_format(meta)
+        tree = meta["tree"]
+    plan = IntoPlan(manifest, step, state_dicts)
+    result = plan.fill(tree, into, ())
+    plan.check_keys(root, strict)
+    boxes_read = 0
+    if plan.boxes:  # DTensors' boxes: this rank's own, read now
+        try:
+            with torch.no_grad(), translate():
+                boxes_read = torch.ops.ckpt.read_regions(root, step, [b[0] for b in plan.boxes],
+                                                         [b[1] for b in plan.boxes],
+                                                         [b[2] for b in plan.boxes], rank)
+        except CheckpointError:
+            raise
+        except RuntimeError as e:
+            raise wrap(e) from None
+    items = [_read_once.Item(n, d, d.shape, d.dtype, manifest[n]["raw_bytes"],
+                             manifest[n].get("placement") == "replicated" and d.device.type == "cpu")
+             for n, d in zip(plan.names, plan.dsts)]
+
+    def finish(tensors):
+        for op in plan.ops:  # only now: a failed read leaves every non-tensor value as it was
+            op()
+        stats["bytes_loaded"] = sum(d.numel() * d.element_size() for d in plan.dsts) + \
+            sum(b[2].numel() * b[2].element_size() for b in plan.boxes)
+        stats["bytes_read_boxes"] = boxes_read
+        return result
+    return reader, items, finish
 
 
 def _multi_rank_error(root, step, world, own):
