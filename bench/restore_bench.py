@@ -21,6 +21,13 @@ Each round then runs every item below once, each in a fresh process:
                  pre-allocated tensors runs)
   ckpt_compressed_into, ckpt_newest_of_11_into: into= restores of the
                  compressed checkpoint and of the newest chained save
+  ckpt_2ranks_once, ckpt_2ranks_each: 2 ranks (gloo, this machine) load one
+                 replicated DDP-style checkpoint of the same state (written
+                 by 2 ranks, model and optimizer replicated) into their
+                 states with the group: read once for the group (each
+                 replicated tensor read by one rank and broadcast) and,
+                 with read_once=False, every rank reading all of it; the
+                 time is from a barrier before to a barrier after
 
 Before each timed call: the worker builds its destination state and pays its
 loader's one-time set-up (imports, the extension, DCP's planner and reader on a
@@ -40,8 +47,11 @@ max. Ratios:
   fresh_load_over_dcp    ckpt_load's time over dcp_load's
   compressed_load_over_raw         ckpt_compressed_into over ckpt_load_into
   newest_of_11_restore_over_full   ckpt_newest_of_11_into over ckpt_load_into
-  replicated_bytes_read_over_size  null: read-once restore across ranks is
-                                   not built yet
+  replicated_bytes_read_over_size  bytes the 2 ranks read from the shard
+                                   files (as the reader counts them), over
+                                   the checkpoint's file bytes (read once)
+  replicated_two_ranks_over_one    ckpt_2ranks_once over ckpt_load_into
+  replicated_each_over_once        ckpt_2ranks_each over ckpt_2ranks_once
 
     python3 bench/restore_bench.py [--quick] [--rounds N] [--dir DIR] [--keep]
 
@@ -63,13 +73,16 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 from peers_bench import drop_page_cache, make_workload  # noqa: E402
 
-LOADS = ["dcp_load", "ckpt_load_into", "ckpt_load", "ckpt_compressed_into", "ckpt_newest_of_11_into"]
+LOADS = ["dcp_load", "ckpt_load_into", "ckpt_load", "ckpt_compressed_into", "ckpt_newest_of_11_into",
+         "ckpt_2ranks_once", "ckpt_2ranks_each"]
+RANKS = ["ckpt_2ranks_once", "ckpt_2ranks_each"]  # 2-rank loads of the replicated checkpoint
 LIMITS = ["fio_direct", "buffered"]  # over ckpt's files: the limit L
 DCP_LIMITS = ["fio_direct_dcp", "buffered_dcp"]  # the same over DCP's files
 # The files each item reads (items reading the same files never run back to back).
 FILES_OF = {"fio_direct": "ckpt", "buffered": "ckpt", "ckpt_load_into": "ckpt", "ckpt_load": "ckpt",
             "fio_direct_dcp": "dcp", "buffered_dcp": "dcp",
-            "dcp_load": "dcp", "ckpt_compressed_into": "compressed", "ckpt_newest_of_11_into": "chain"}
+            "dcp_load": "dcp", "ckpt_compressed_into": "compressed", "ckpt_newest_of_11_into": "chain",
+            "ckpt_2ranks_once": "ranks", "ckpt_2ranks_each": "ranks"}
 
 
 def log(msg):
@@ -107,7 +120,7 @@ def write_worker(args):
         w.forward_backward()
         w.step()
     state = w.state()
-    paths = {k: os.path.join(args.dir_run, k) for k in ("dcp", "ckpt", "compressed", "chain", "warm")}
+    paths = {k: os.path.join(args.dir_run, k) for k in ("dcp", "ckpt", "compressed", "chain", "warm", "ranks")}
     t0 = time.perf_counter()
     dcp.save(state, storage_writer=dcp.FileSystemWriter(paths["dcp"], thread_count=args.dcp_threads))
     log(f"dcp.save {time.perf_counter() - t0:.2f} s")
@@ -130,11 +143,127 @@ def write_worker(args):
     dcp.save(tiny, storage_writer=dcp.FileSystemWriter(os.path.join(paths["warm"], "dcp")))
     with ckpt.Checkpointer(os.path.join(paths["warm"], "ckpt"), full_every=1) as cp:
         cp.save(0, tiny)
+    ranks_s = run_ranks(args, ["--worker", "write_ranks", "--paths", json.dumps(paths)], args.worker_timeout)
+    log(f"2-rank replicated save {max(r['seconds'] for r in ranks_s):.2f} s")
     os.sync()
     out = {"bytes": workloads.state_bytes(state), "tensors": len(list(workloads.tensors_of(state))),
            "paths": paths, "ckpt_file_bytes": sum(os.path.getsize(f) for f in shard_files(paths["ckpt"])),
-           "dcp_file_bytes": sum(os.path.getsize(f) for f in files_under(paths["dcp"]))}
+           "dcp_file_bytes": sum(os.path.getsize(f) for f in files_under(paths["dcp"])),
+           "ranks_file_bytes": sum(os.path.getsize(f) for f in shard_files(paths["ranks"]))}
     print(json.dumps(out), flush=True)
+
+
+# -- two ranks on this machine -------------------------------------------------
+
+def run_ranks(args, extra, timeout, world=2):
+    """Runs this script's worker `extra` as `world` ranks of a fresh gloo
+    group on 127.0.0.1; returns each rank's last JSON line."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    base = [sys.executable, os.path.abspath(__file__), "--dir-run", args.dir_run] + \
+        (["--quick"] if args.quick else []) + extra
+    procs = [subprocess.Popen(base + ["--rank", str(r), "--world", str(world), "--port", str(port)],
+                              stdout=subprocess.PIPE, text=True) for r in range(world)]
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        if p.returncode != 0:
+            for q in procs:
+                q.kill()
+            raise RuntimeError(f"rank worker {' '.join(extra)} exited {p.returncode}")
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    return outs
+
+
+def _join(args):
+    import datetime
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank,
+                            world_size=args.world, timeout=datetime.timedelta(seconds=args.worker_timeout))
+    return dist
+
+
+def write_ranks_worker(args):
+    """One rank of the 2-rank save of the same state, model and optimizer
+    replicated (each rank writes about half), the RNG rank-local."""
+    import torch
+    import ckpt
+    dist = _join(args)
+    paths = json.loads(args.paths)
+    _, w = make_workload(args.quick)
+    for _ in range(2):  # the same steps on every rank: the same state, as DDP keeps it
+        w.forward_backward()
+        w.step()
+    t0 = time.perf_counter()
+    with ckpt.Checkpointer(paths["ranks"], full_every=1, replicated=["model", "optim"],
+                           rank_local=["rng"]) as cp:
+        cp.save(0, w.state())
+    seconds = time.perf_counter() - t0
+    with ckpt.Checkpointer(os.path.join(paths["warm"], "ranks"), full_every=1, replicated=["w"]) as cp:
+        cp.save(0, {"w": torch.zeros(1024)})
+    dist.barrier()
+    print(json.dumps({"seconds": seconds}), flush=True)
+    _leave()
+
+
+def _leave():
+    """Ends a rank at once: a gloo group torn down at interpreter exit while
+    its peer is leaving too can abort the process (std::terminate)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _storage_read_bytes():
+    """read_bytes of this process (/proc/self/io): bytes it made the block
+    layer fetch (cache hits excluded), or None where the kernel has no I/O
+    accounting."""
+    try:
+        with open("/proc/self/io") as f:
+            return int(next(line for line in f if line.startswith("read_bytes:")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def load_ranks_worker(args):
+    """One rank of a 2-rank into= load with the group: its state built and
+    the loader's set-up paid first, caches dropped by rank 0, then timed from
+    a barrier to a barrier."""
+    import torch
+    import ckpt
+    dist = _join(args)
+    paths = json.loads(args.paths)
+    _, w = make_workload(args.quick, seed=1)
+    w.forward_backward()
+    w.step()
+    state = w.state()
+    read_once = args.item == "ckpt_2ranks_once"
+    ckpt.load(os.path.join(paths["warm"], "ranks"), into={"w": torch.empty(1024)}, process_group=dist.group.WORLD,
+              read_once=read_once)
+    drop = drop_page_cache([paths["ranks"]]) if args.rank == 0 else None
+    dist.barrier()
+    before = _storage_read_bytes()
+    start = time.perf_counter()
+    _, stats = ckpt.load(paths["ranks"], into=state, process_group=dist.group.WORLD, read_once=read_once,
+                         with_stats=True)
+    dist.barrier()
+    seconds = time.perf_counter() - start
+    after = _storage_read_bytes()
+    print(json.dumps({"item": args.item, "drop": drop, "seconds": seconds,
+                      "bytes_read": stats.get("bytes_read"), "bytes_received": stats.get("bytes_received"),
+                      "storage_read_bytes": None if before is None else after - before}), flush=True)
+    _leave()
+
+
+def ranks_item(args, item, paths, timeout):
+    """The 2-rank load `item`: the slower rank's time, both ranks' bytes."""
+    got = run_ranks(args, ["--worker", "load_ranks", "--item", item, "--paths", json.dumps(paths)], timeout)
+    storage = [g["storage_read_bytes"] for g in got]
+    return {"item": item, "drop": got[0]["drop"], "seconds": max(g["seconds"] for g in got),
+            "bytes_read": [g["bytes_read"] for g in got], "bytes_received": [g["bytes_received"] for g in got],
+            "storage_read_bytes": None if None in storage else storage}
 
 
 # -- one item, in a fresh process ---------------------------------------------
@@ -251,7 +380,10 @@ def main():
     ap.add_argument("--no-chain", action="store_true", help="skip the 11 chained saves")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--worker-timeout", type=float, default=1800)
-    ap.add_argument("--worker", choices=["write", "load"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["write", "load", "write_ranks", "load_ranks"], help=argparse.SUPPRESS)
+    ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--world", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--item", help=argparse.SUPPRESS)
     ap.add_argument("--paths", help=argparse.SUPPRESS)
     ap.add_argument("--dir-run", help=argparse.SUPPRESS)
@@ -260,6 +392,10 @@ def main():
         return write_worker(args)
     if args.worker == "load":
         return load_worker(args)
+    if args.worker == "write_ranks":
+        return write_ranks_worker(args)
+    if args.worker == "load_ranks":
+        return load_ranks_worker(args)
     if args.rounds < 3:
         ap.error("--rounds must be at least 3")
 
@@ -273,17 +409,23 @@ def main():
         log("writing: dcp, ckpt, ckpt compressed, 11 chained")
         written = run(args, ["--worker", "write", "--dcp-threads", str(args.dcp_threads)] +
                       (["--no-chain"] if args.no_chain else []), args.worker_timeout)
-        r.update({k: written[k] for k in ("bytes", "tensors", "ckpt_file_bytes", "dcp_file_bytes")})
+        r.update({k: written[k] for k in ("bytes", "tensors", "ckpt_file_bytes", "dcp_file_bytes",
+                                          "ranks_file_bytes")})
         items = LIMITS + DCP_LIMITS + [i for i in LOADS if not (args.no_chain and i == "ckpt_newest_of_11_into")]
         times = {i: [] for i in items}
         limit_s, drops, orders = [], {i: set() for i in items}, []
+        ranks_read = {i: [] for i in RANKS}
         for rnd in range(args.rounds):
             order = round_order(items, rnd, orders[-1][-1] if orders else None)
             orders.append(order)
             got = {}
             for item in order:
-                res = run(args, ["--worker", "load", "--item", item, "--paths", json.dumps(written["paths"])],
-                          args.worker_timeout)
+                if item in RANKS:
+                    res = ranks_item(args, item, written["paths"], args.worker_timeout)
+                    ranks_read[item].append(res)
+                else:
+                    res = run(args, ["--worker", "load", "--item", item, "--paths", json.dumps(written["paths"])],
+                              args.worker_timeout)
                 got[item] = res
                 times[item].append(res["seconds"])
                 drops[item].add(res["drop"])
@@ -316,7 +458,12 @@ def main():
         "fresh_load_over_dcp": over(med.get("ckpt_load"), med.get("dcp_load")),
         "compressed_load_over_raw": over(med.get("ckpt_compressed_into"), med.get("ckpt_load_into")),
         "newest_of_11_restore_over_full": over(med.get("ckpt_newest_of_11_into"), med.get("ckpt_load_into")),
-        "replicated_bytes_read_over_size": None,
+        "replicated_bytes_read_over_size": over(statistics.median(
+            [sum(x["bytes_read"]) for x in ranks_read["ckpt_2ranks_once"]]), written["ranks_file_bytes"]),
+        "replicated_two_ranks_over_one": over(med.get("ckpt_2ranks_once"), med.get("ckpt_load_into")),
+        "replicated_each_over_once": over(med.get("ckpt_2ranks_each"), med.get("ckpt_2ranks_once")),
+        "ranks_bytes": {i: [{k: x[k] for k in ("bytes_read", "bytes_received", "storage_read_bytes")}
+                            for x in v] for i, v in ranks_read.items()},
     })
     print(json.dumps(r), flush=True)
     return 0
