@@ -84,10 +84,10 @@ class _Exchange:
     """One step's read of this rank's items, the shared ones read once."""
 
     def __init__(self, group, root, reader, items, shared):
+        # shared: the names read once for the group, the same list on every rank.
         self.group, self.root, self.reader = group, root, reader
         self.rank, self.world = group.rank(), group.size()
         self.items = {it.name: it for it in items}
-        self.shared = shared  # names, the same list on every rank
         nbytes = {n: self.items[n].nbytes for n in shared}
         self.reader_of = readers(shared, nbytes, self.world)
         order = {n: i for i, n in enumerate(shared)}
@@ -219,12 +219,8 @@ def load_step(group, root, step, plan_local):
     # Shared: what every rank wants (in rank 0's order), the same on every rank.
     common = set(wanted[0]).intersection(*map(set, wanted[1:]))
     shared = [n for n in wanted[0] if n in common]
-    mine = {it.name: it for it in items}
-    for it in items:
-        if it.name not in common:
-            it.shareable = False
     exchange = _Exchange(group, root, reader, items, shared)
     tensors = exchange.run()
     state = finish(tensors)
     return state, {"bytes_read": reader.bytes_read(), "bytes_received": exchange.bytes_received,
-                   "shared_tensors": len(shared), "own_tensors": len(mine) - len(shared)}
+                   "shared_tensors": len(shared), "own_tensors": len(items) - len(shared)}

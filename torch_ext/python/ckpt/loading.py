@@ -145,7 +145,7 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
             chosen, state = _load_shared(root, step, group, into, strict, stats)
         else:
             chosen, state = _dist_load.load_with_group(
-            root, step, group, load_part,
+                root, step, group, load_part,
                 lambda s: describe(root, s).get("world_size", 1),
                 lambda attempt, bound, who: newest_that_reads(root, attempt, bound, who=who))
     elif isinstance(rank, str) and rank == "all":
@@ -205,12 +205,7 @@ def _plan_part(root, step, rank, into, strict, state_dicts, stats):
             stats["bytes_loaded"] = sum(t.numel() * t.element_size() for t in tensors.values())
             return _rebuild(extras, tensors)
         return reader, items, finish
-    meta = extras.get(EXTRAS_KEY) if isinstance(extras, dict) else None
-    if meta is None:  # no saved structure: a flat {tensor name: tensor}
-        tree = {"$dict": [[n, {"$tensor": n}] for n in manifest]}
-    else:
-        _tree.check_format(meta)
-        tree = meta["tree"]
+    tree = _saved_tree(extras, manifest)
     plan = IntoPlan(manifest, step, state_dicts)
     result = plan.fill(tree, into, ())
     plan.check_keys(root, strict)
@@ -237,6 +232,16 @@ def _plan_part(root, step, rank, into, strict, state_dicts, stats):
         stats["bytes_read_boxes"] = boxes_read
         return result
     return reader, items, finish
+
+
+def _saved_tree(extras, manifest):
+    """The saved structure of a checkpoint from its extras, or for one
+    without (written by the C++ API) a flat {tensor name: tensor}."""
+    meta = extras.get(EXTRAS_KEY) if isinstance(extras, dict) else None
+    if meta is None:
+        return {"$dict": [[n, {"$tensor": n}] for n in manifest]}
+    _tree.check_format(meta)
+    return meta["tree"]
 
 
 def _multi_rank_error(root, step, world, own):
@@ -366,13 +371,8 @@ def _load_step_into(root, step, into, strict, state_dicts, rank=None, stats=None
     if resharding:  # its global tensors, each whole in every rank's view: rank 0's
         rank = 0
         info = describe(root, step, rank)
-    meta = info["extras"].get(EXTRAS_KEY) if isinstance(info["extras"], dict) else None
     manifest = {t["name"]: t for t in info["tensors"]}
-    if meta is None:  # no saved structure: a flat {tensor name: tensor}
-        tree = {"$dict": [[n, {"$tensor": n}] for n in manifest]}
-    else:
-        _tree.check_format(meta)
-        tree = meta["tree"]
+    tree = _saved_tree(info["extras"], manifest)
     plan = IntoPlan(manifest, step, state_dicts, info.get("world_size", 1) if resharding else None)
     result = plan.fill(tree, into, ())
     plan.check_keys(root, strict)
