@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/distributed.h"
 #include "ckpt/engine.h"
@@ -297,6 +298,82 @@ TEST(DistributedEngine, CancelWhileWaitingForAnotherRankReturnsPromptly) {
   absl::Status s = testing::WaitOrDie(**handle, testing::kRankDeadline, "cancelled save");
   EXPECT_FALSE(s.ok());
   EXPECT_FALSE(std::filesystem::exists(root + "/" + StepDirName(3)));
+}
+
+// A store hosted in rank 0's process (a TCPStore under init_method="tcp://"),
+// which goes when that process exits (`Leave`): every call after it fails as
+// a TCPStore client's does. Rank 1's read of the result is slow to come back
+// (a loaded machine), and `drop_seen` loses rank 1's word that it read it (a
+// rank that died right after).
+class StoreHostedByRankZero final : public CoordinationStore {
+ public:
+  explicit StoreHostedByRankZero(bool drop_seen = false) : drop_seen_(drop_seen) {}
+  void Leave() { gone_ = true; }
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    if (gone_) return Gone(key);
+    if (drop_seen_ && absl::StrContains(key, "/seen/")) return absl::OkStatus();
+    return base_->Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    if (gone_) return Gone(key);
+    absl::StatusOr<std::string> value = base_->Get(key, timeout);
+    if (value.ok() && absl::EndsWith(key, "/result")) {
+      absl::SleepFor(absl::Milliseconds(300));
+      if (gone_) return Gone(key);
+    }
+    return value;
+  }
+  absl::StatusOr<std::string> SetIfAbsent(const std::string& key, const std::string& value) override {
+    if (gone_) return Gone(key);
+    return base_->SetIfAbsent(key, value);
+  }
+
+ private:
+  static absl::Status Gone(const std::string& key) {
+    return absl::UnavailableError(absl::StrCat("get key \"", key, "\": Connection reset by peer"));
+  }
+  const std::shared_ptr<CoordinationStore> base_ = NewInProcessStore();
+  const bool drop_seen_;
+  std::atomic<bool> gone_{false};
+};
+
+// Rank 0 saves its last checkpoint and exits, taking the store along, while
+// rank 1 has yet to read the result: rank 0's save completes only once rank 1
+// has it, so both saves succeed.
+TEST(DistributedEngine, RankZeroLeavingRightAfterItsSaveDoesNotFailTheOthers) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  auto store = std::make_shared<StoreHostedByRankZero>();
+  Ranks ranks(root, 2, testing::SmallChunks(), absl::Seconds(30), nullptr, store);
+  std::vector<std::vector<OwnedTensor>> states = {RankState(0, 12), RankState(1, 12)};
+  std::vector<absl::Status> outcome(2);
+  Ranks::Parallel(2, [&](int r) {
+    std::vector<TensorView> views = Placed(states[r]);
+    auto handle = ranks.engine(r).SaveAsync(4, views);
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    outcome[r] = testing::WaitOrDie(**handle, testing::kRankDeadline, absl::StrCat("rank ", r));
+    if (r == 0) store->Leave();
+  });
+  EXPECT_TRUE(outcome[0].ok()) << outcome[0];
+  EXPECT_TRUE(outcome[1].ok()) << outcome[1];
+  for (int r = 0; r < 2; ++r) ExpectRankPart(root, 4, r, 2, states[r]);
+}
+
+// A rank that never says it read the result (it died) holds rank 0's save
+// back at most commit_timeout, and the committed save stays a success.
+TEST(DistributedEngine, ARankThatNeverConfirmsTheResultDelaysRankZeroBoundedly) {
+  ScratchDir dir;
+  const std::string root = dir.Join("root");
+  auto store = std::make_shared<StoreHostedByRankZero>(/*drop_seen=*/true);
+  Ranks ranks(root, 2, testing::SmallChunks(), absl::Seconds(1), nullptr, store);
+  std::vector<std::vector<OwnedTensor>> states = {RankState(0, 13), RankState(1, 13)};
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> outcome = ranks.Save({2, 2}, states);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_TRUE(outcome[0].ok()) << outcome[0];
+  EXPECT_TRUE(outcome[1].ok()) << outcome[1];
+  EXPECT_TRUE(std::filesystem::exists(root + "/" + StepDirName(2)));
+  ranks.CloseAll();
 }
 
 // Damage to any part of a multi-rank checkpoint is kDataLoss naming it, and

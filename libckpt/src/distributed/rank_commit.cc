@@ -44,6 +44,9 @@ constexpr absl::Duration kWaitSlice = absl::Seconds(1);
 // The shortest wait asked of the store: a look at a key without waiting
 // (some stores read a zero timeout as "their default", or "for ever").
 constexpr absl::Duration kPeek = absl::Milliseconds(1);
+// How long rank 0 waits, at most, for the other ranks to have read the result
+// of a commit (`AwaitResultSeen`).
+constexpr absl::Duration kResultSeenPatience = absl::Seconds(10);
 
 // The status an abort decision `held` carries (or why it is not one).
 absl::Status AbortReason(absl::string_view held) {
@@ -378,7 +381,21 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
   (void)options_.store->Set(SaveKey(temp_dir, "result"),
                             EncodeStoreValue(committed.ok() ? StoreValue::Committed()
                                                             : StoreValue::CommitFailed(committed)));
+  AwaitResultSeen(temp_dir);
   return committed;
+}
+
+void RankCommitter::AwaitResultSeen(const std::string& temp_dir) {
+  // Rank 0's process often hosts the store (a TCPStore under
+  // init_method="tcp://..."): once this save completes it may exit, and the
+  // store with it. A rank that had not read the result yet would then fail a
+  // save that committed. Every rank that reported waits for the result and
+  // says so at once; one that does not within the patience died after its
+  // report or lost the store, and the outcome stands either way.
+  const absl::Time deadline = absl::Now() + std::min(options_.commit_timeout, kResultSeenPatience);
+  for (int r = 1; r < world_size(); ++r) {
+    if (!WaitFor(SaveKey(temp_dir, absl::StrCat("seen/", r)), deadline, nullptr).ok()) return;
+  }
 }
 
 absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const CancelledFn& cancelled) {
@@ -423,6 +440,7 @@ absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const Ca
     return LostStore(rank(), "the outcome of rank 0's commit", result.status());
   }
   times_.commit_latency_s = absl::ToDoubleSeconds(absl::Now() - reported);
+  (void)options_.store->Set(SaveKey(temp_dir, absl::StrCat("seen/", rank())), "1");
   CKPT_ASSIGN_OR_RETURN(const StoreValue outcome, DecodeStoreValue(*result, "result"));
   if (outcome.verdict == Verdict::kCommitted) return absl::OkStatus();
   if (outcome.verdict != Verdict::kCommitFailed) {

@@ -14,6 +14,10 @@
 //                            atomically, so no rank gives up on a save
 //                            another rank goes on to commit
 //   P/<temp>/result          rank 0, after "commit": "ok" or "error:<code>:<why>"
+//   P/<temp>/seen/<r>        rank r >= 1, once it read the result; rank 0's
+//                            save completes after every rank's (bounded), so
+//                            a store hosted in rank 0's process outlives
+//                            every read of the result
 // where <temp> is the save's temp directory name, which holds the step, the
 // nonce and an attempt count, so every save of every opening has its own keys.
 #ifndef CKPT_DISTRIBUTED_RANK_COMMIT_H_
@@ -123,6 +127,9 @@ class RankCommitter {
   // another rank decided, or `cancelled` says so.
   absl::StatusOr<std::vector<uint64_t>> CollectReports(int64_t step, const std::string& temp_dir,
                                                        const Part& part, const CancelledFn& cancelled);
+  // After rank 0 set the result: waits (at most `kResultSeenPatience`, or
+  // `commit_timeout` if shorter) until every other rank has read it.
+  void AwaitResultSeen(const std::string& temp_dir);
   absl::Status FollowRankZero(const std::string& temp_dir, const CancelledFn& cancelled);
 
   const DistributedOptions options_;
