@@ -42,15 +42,43 @@ def _step(ddp, optim, step, rank):
     optim.step()
 
 
+class _Opens:
+    """Counts the openings of a checkpoint in this process while it is
+    entered: every op and class of torch.ops.ckpt / torch.classes.ckpt that
+    opens one, wrapped."""
+    OPS = ("read", "read_into", "read_regions", "describe", "verify")
+
+    def __enter__(self):
+        self.count, self._saved = 0, {}
+
+        def counted(fn):
+            def wrapper(*args, **kwargs):
+                self.count += 1
+                return fn(*args, **kwargs)
+            return wrapper
+        for name in self.OPS:
+            self._saved[("ops", name)] = getattr(torch.ops.ckpt, name)
+            setattr(torch.ops.ckpt, name, counted(self._saved[("ops", name)]))
+        self._saved[("classes", "StepReader")] = torch.classes.ckpt.StepReader
+        torch.classes.ckpt.StepReader = counted(self._saved[("classes", "StepReader")])
+        return self
+
+    def __exit__(self, *exc):
+        for (where, name), fn in self._saved.items():
+            setattr(torch.ops.ckpt if where == "ops" else torch.classes.ckpt, name, fn)
+
+
 def _loads(ctx, root, snaps, step, **kwargs):
     """Loads step `step` (None: the newest) fresh and into a new model with
     the group; returns (errors, [stats of each load], steps loaded)."""
     errors, stats, chosen = [], [], []
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        s, got, st = ckpt.load(root, step=step, process_group=ctx.group, with_step=True, with_stats=True,
-                               **kwargs)
+        with _Opens() as opens:
+            s, got, st = ckpt.load(root, step=step, process_group=ctx.group, with_step=True,
+                                   with_stats=True, **kwargs)
         errors += [f"fresh {s}: {d}" for d in differences(got, snaps[s])]
+        st["opens"] = opens.count
         stats.append(st)
         chosen.append(s)
         model = _Model()
@@ -60,9 +88,11 @@ def _loads(ctx, root, snaps, step, **kwargs):
         # A destination that is not contiguous: a transposed view of its own memory.
         odd = torch.zeros(128, 512).t()
         into = {"model": model, "optim": optim, "rng": torch.get_rng_state(), "step": 0, "rank": -1}
-        s, _, st = ckpt.load(root, step=step, into=into, process_group=ctx.group, with_step=True,
-                             with_stats=True, **kwargs)
+        with _Opens() as opens:
+            s, _, st = ckpt.load(root, step=step, into=into, process_group=ctx.group, with_step=True,
+                                 with_stats=True, **kwargs)
         errors += [f"into {s}: {d}" for d in differences(into, snaps[s])]
+        st["opens"] = opens.count
         if model.head.weight.data_ptr() != model.embed.weight.data_ptr():
             errors.append("into: the tied weights came apart")
         stats.append(st)

@@ -411,6 +411,7 @@ def test_load_reads_replicated_state_once(root, workdir):
                   f"{s0['bytes_received']} + {s1['bytes_received']}")
             assert total <= 1.05 * on_disk, (step, kind, s0, s1, on_disk)
             assert s0["shared_tensors"] == s1["shared_tensors"] > 300, (s0, s1)
+            assert s0["opens"] == s1["opens"] == 1, (s0, s1)  # one StepReader: one open per load
             for s in (s0, s1):  # each rank read some and received the rest
                 assert 0.25 * rep < s["bytes_received"] < 0.75 * rep, (s, rep)
     for kind in range(2):  # every rank reads all of it itself

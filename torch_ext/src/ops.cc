@@ -142,6 +142,12 @@ TORCH_LIBRARY(ckpt, m) {
            [](const c10::intrusive_ptr<StepReaderHolder>& self, std::vector<std::string> names,
               std::vector<at::Tensor> tensors) { self->ReadInto(names, tensors); })
       .def("read_new", &StepReaderHolder::ReadNew)
+      .def("describe", &StepReaderHolder::Describe)
+      .def("read_regions",
+           [](const c10::intrusive_ptr<StepReaderHolder>& self, std::vector<std::string> names,
+              std::vector<std::vector<int64_t>> offsets, std::vector<at::Tensor> tensors) {
+             return self->ReadRegions(names, offsets, tensors);
+           })
       .def("bytes_read", &StepReaderHolder::bytes_read);
 
   m.class_<NewestFirstHolder>("NewestFirst")

@@ -239,21 +239,23 @@ std::tuple<int64_t, std::string, std::vector<std::string>> ReadIntoStep(
   return {chosen, std::move(extras), std::move(skipped)};
 }
 
-int64_t ReadRegionsStep(const std::string& root, int64_t step, const std::vector<std::string>& names,
-                        const std::vector<std::vector<int64_t>>& offsets, at::TensorList tensors,
-                        std::optional<int64_t> rank) {
+namespace {
+
+// ReadRegionsStep on an open reader; `context` prefixes a failed read.
+void ReadRegions(Reader& reader, const std::string& root, const std::vector<std::string>& names,
+                 const std::vector<std::vector<int64_t>>& offsets, at::TensorList tensors,
+                 const std::string& context) {
   TORCH_CHECK_VALUE(names.size() == tensors.size() && names.size() == offsets.size(),
                     "ckpt: read_regions got ", names.size(), " names, ", offsets.size(),
                     " offsets and ", tensors.size(), " tensors");
-  TORCH_CHECK_VALUE(step >= 0, "ckpt: read_regions needs a step >= 0, got ", step);
-  std::unique_ptr<Reader> reader = OpenOrThrow(root, step, Rank(rank));
+  const int64_t step = reader.step();
   // As in ReadIntoStep: CPU-contiguous destinations are filled in place,
   // others through a CPU temporary copied over once every read verified.
   std::vector<RegionTarget> targets;
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (temporary, destination)
   for (size_t i = 0; i < names.size(); ++i) {
     const at::Tensor& dst = tensors[i];
-    const TensorInfo* info = reader->Find(names[i]);
+    const TensorInfo* info = reader.Find(names[i]);
     TORCH_CHECK_VALUE(info != nullptr, "ckpt: step ", step, " in ", root, " has no tensor \"",
                       names[i], "\"");
     TORCH_CHECK_VALUE(dst.defined() && dst.layout() == c10::kStrided, "ckpt: destination of \"",
@@ -285,30 +287,44 @@ int64_t ReadRegionsStep(const std::string& root, int64_t step, const std::vector
                                    host.data_ptr(),
                                    static_cast<size_t>(host.numel() * host.element_size())});
   }
-  ThrowIfError(reader->ReadRegions(targets),
-               absl::StrCat("ckpt: load step ", step, " from ", root, OfRank(Rank(rank)), ": "));
+  ThrowIfError(reader.ReadRegions(targets), context);
   for (auto& [host, dst] : copies) dst.copy_(host);
-  return static_cast<int64_t>(reader->bytes_read());
 }
 
-std::string DescribeStep(const std::string& root, std::optional<int64_t> step,
-                         std::optional<int64_t> rank) {
-  if (step.has_value() && *step < 0) step.reset();
-  std::unique_ptr<Reader> reader = OpenOrThrow(root, step, Rank(rank));
+std::string DescribeReader(const Reader& reader) {
   nlohmann::json tensors = nlohmann::json::array();
-  for (const TensorInfo& t : reader->tensors()) {
+  for (const TensorInfo& t : reader.tensors()) {
     nlohmann::json j = nlohmann::json::parse(TensorInfoJson(t));
     if (!j.contains("placement")) j["placement"] = std::string(TensorPlacementName(t.placement));
     if (!j.contains("rank")) j["rank"] = t.rank;
     tensors.push_back(std::move(j));
   }
-  nlohmann::json out{{"step", reader->step()},
-                     {"dir", reader->dir()},
-                     {"world_size", reader->world_size()},
-                     {"rank", reader->rank()},
-                     {"extras", nlohmann::json::parse(reader->extras_json(), nullptr, false)},
+  nlohmann::json out{{"step", reader.step()},
+                     {"dir", reader.dir()},
+                     {"world_size", reader.world_size()},
+                     {"rank", reader.rank()},
+                     {"extras", nlohmann::json::parse(reader.extras_json(), nullptr, false)},
                      {"tensors", std::move(tensors)}};
   return out.dump();
+}
+
+}  // namespace
+
+int64_t ReadRegionsStep(const std::string& root, int64_t step, const std::vector<std::string>& names,
+                        const std::vector<std::vector<int64_t>>& offsets, at::TensorList tensors,
+                        std::optional<int64_t> rank) {
+  TORCH_CHECK_VALUE(step >= 0, "ckpt: read_regions needs a step >= 0, got ", step);
+  std::unique_ptr<Reader> reader = OpenOrThrow(root, step, Rank(rank));
+  ReadRegions(*reader, root, names, offsets, tensors,
+              absl::StrCat("ckpt: load step ", step, " from ", root, OfRank(Rank(rank)), ": "));
+  return static_cast<int64_t>(reader->bytes_read());
+}
+
+
+std::string DescribeStep(const std::string& root, std::optional<int64_t> step,
+                         std::optional<int64_t> rank) {
+  if (step.has_value() && *step < 0) step.reset();
+  return DescribeReader(*OpenOrThrow(root, step, Rank(rank)));
 }
 
 void VerifyStep(const std::string& root, int64_t step, std::optional<int64_t> rank) {
@@ -333,6 +349,15 @@ void StepReaderHolder::ReadInto(const std::vector<std::string>& names, at::Tenso
   TORCH_CHECK_VALUE(names.size() == tensors.size(), "ckpt: StepReader.read_into got ", names.size(),
                     " names but ", tensors.size(), " tensors");
   ThrowIfError(FillInto(*reader_, root_, names, tensors), Context());
+}
+
+std::string StepReaderHolder::Describe() const { return DescribeReader(*reader_); }
+
+int64_t StepReaderHolder::ReadRegions(const std::vector<std::string>& names,
+                                      const std::vector<std::vector<int64_t>>& offsets,
+                                      at::TensorList tensors) {
+  ::ckpt::torch_ext::ReadRegions(*reader_, root_, names, offsets, tensors, Context());
+  return bytes_read();
 }
 
 std::vector<at::Tensor> StepReaderHolder::ReadNew(const std::vector<std::string>& names) {

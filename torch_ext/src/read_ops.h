@@ -106,7 +106,9 @@ class NewestFirstHolder : public torch::CustomClassHolder {
 // replicated tensors a batch at a time while the batch before travels to the
 // other ranks):
 //   reader = torch.classes.ckpt.StepReader(root, step, rank)  # rank -1: all
+//   reader.describe()  # as DescribeStep(root, step, rank), no second open
 //   reader.read_into(names, tensors); tensors = reader.read_new(names)
+//   reader.read_regions(names, offsets, tensors)  # as ReadRegionsStep
 //   reader.bytes_read()
 // Errors raise as the load ops' do (CheckpointError from the Python side).
 class StepReaderHolder : public torch::CustomClassHolder {
@@ -116,6 +118,12 @@ class StepReaderHolder : public torch::CustomClassHolder {
   int64_t step() const { return reader_->step(); }
   int64_t world_size() const { return reader_->world_size(); }
   std::string extras() const { return reader_->extras_json(); }
+  // The manifest as JSON, as DescribeStep gives it.
+  std::string Describe() const;
+  // Fills boxes of the named tensors, as ReadRegionsStep does; returns
+  // bytes_read() after it.
+  int64_t ReadRegions(const std::vector<std::string>& names,
+                      const std::vector<std::vector<int64_t>>& offsets, at::TensorList tensors);
   // Fills `tensors` in place, as ReadIntoStep does.
   void ReadInto(const std::vector<std::string>& names, at::TensorList tensors);
   // The named tensors in new CPU tensors (Reader::ReadNamed).

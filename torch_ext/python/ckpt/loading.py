@@ -171,17 +171,34 @@ def _load_shared(root, step, group, into, strict, stats):
     rank, world = group.rank(), group.size()
     state_dicts = {}
 
+    def open_own(s):  # (the world size of `s`, this rank's StepReader of it or why it has none)
+        try:
+            with translate():
+                reader = torch.classes.ckpt.StepReader(root, s, rank)
+            return reader.world_size(), reader
+        except CheckpointError as e:
+            if rank == 0:  # rank 0 is in every checkpoint: its failure is the step's
+                raise
+            return None, e  # a step of fewer ranks, or a damaged part: rank 0's world tells which
+
     def attempt(s):
-        if describe(root, s).get("world_size", 1) != world:  # resharding: every rank its own reads
+        worlds, opened = _dist_load.collective(group, root, lambda: open_own(s))
+        if worlds[0] != world:  # resharding: every rank its own reads
             got = {}
             state = (_read_part(root, s, None, got)[1] if into is None
                      else _load_step_into(root, s, into, strict, state_dicts, None, got))
             stats.update(got)
             return state
-        state, shared = _read_once.load_step(group, root, s, lambda: _plan_part(root, s, rank, into, strict,
-                                                                                  state_dicts, stats))
+        if None in worlds:  # a rank that should have its part could not open it: every rank raises
+
+            def reraise():
+                if isinstance(opened, Exception):
+                    raise opened
+                return None, None
+            _dist_load.collective(group, root, reraise)
+        state, shared = _read_once.load_step(group, root, s, lambda: _plan_part(opened, root, s, rank, into,
+                                                                                  strict, state_dicts, stats))
         stats.update(shared)
-        stats["bytes_read"] += stats.pop("bytes_read_boxes", 0)
         return state
 
     with translate():
@@ -190,12 +207,12 @@ def _load_shared(root, step, group, into, strict, stats):
                                              lambda lines, who: _warn_skipped(root, lines, who))
 
 
-def _plan_part(root, step, rank, into, strict, state_dicts, stats):
-    """This rank's plan for _read_once.load_step: (reader, items, finish)."""
-    info = describe(root, step, rank)
-    manifest = {t["name"]: t for t in info["tensors"]}
+def _plan_part(reader, root, step, rank, into, strict, state_dicts, stats):
+    """This rank's plan for _read_once.load_step: (reader, items, finish),
+    every read through `reader`, its StepReader of `step`."""
     with translate():
-        reader = torch.classes.ckpt.StepReader(root, step, rank)
+        info = json.loads(reader.describe())
+    manifest = {t["name"]: t for t in info["tensors"]}
     extras = info["extras"]
     if into is None:
         items = [_read_once.Item(n, None, t["shape"], dtype_of(t["dtype"], n), t["raw_bytes"],
@@ -209,13 +226,11 @@ def _plan_part(root, step, rank, into, strict, state_dicts, stats):
     plan = IntoPlan(manifest, step, state_dicts)
     result = plan.fill(tree, into, ())
     plan.check_keys(root, strict)
-    boxes_read = 0
     if plan.boxes:  # DTensors' boxes: this rank's own, read now
         try:
             with torch.no_grad(), translate():
-                boxes_read = torch.ops.ckpt.read_regions(root, step, [b[0] for b in plan.boxes],
-                                                         [b[1] for b in plan.boxes],
-                                                         [b[2] for b in plan.boxes], rank)
+                reader.read_regions([b[0] for b in plan.boxes], [b[1] for b in plan.boxes],
+                                    [b[2] for b in plan.boxes])
         except CheckpointError:
             raise
         except RuntimeError as e:
@@ -229,7 +244,6 @@ def _plan_part(root, step, rank, into, strict, state_dicts, stats):
             op()
         stats["bytes_loaded"] = sum(d.numel() * d.element_size() for d in plan.dsts) + \
             sum(b[2].numel() * b[2].element_size() for b in plan.boxes)
-        stats["bytes_read_boxes"] = boxes_read
         return result
     return reader, items, finish
 
