@@ -276,6 +276,28 @@ TEST_P(ChainRestoreTest, ADamagedLinkIsDataLossNamingItsStep) {
   ExpectStepRestores(4, size_t{64} << 20);  // the steps before it are whole
 }
 
+// The bases are read by the chain pipeline between batches of links: a
+// damaged base of a tensor whose links come in a later batch is kDataLoss
+// naming the full step and the tensor, with small and large arenas.
+TEST_P(ChainRestoreTest, ADamagedBaseReadBetweenBatchesIsDataLossNamingIt) {
+  FlipStoredByte(1, "bytes.mask", 7);
+  for (size_t buffer_bytes : {size_t{64} << 10, size_t{64} << 20}) {
+    ReaderOptions options;
+    options.step = kSaves;
+    options.io.buffer_bytes = buffer_bytes;
+    auto reader = Reader::Open(root_, options);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    absl::Status s = (*reader)->ReadAll().status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << buffer_bytes << ": " << s;
+    EXPECT_NE(s.message().find(StepDirName(1)), std::string::npos) << s;
+    EXPECT_NE(s.message().find("bytes.mask"), std::string::npos) << s;
+    // The same reader still reads what the damage does not touch.
+    auto dense = (*reader)->Read("dense.w");
+    ASSERT_TRUE(dense.ok()) << dense.status();
+    EXPECT_TRUE(SameBytes(dense->data(), history_[kSaves - 1][0].bytes.data(), dense->nbytes()));
+  }
+}
+
 TEST_P(ChainRestoreTest, AWrongStoredChecksumIsNamed) {
   EditManifest(8, [](Json& j) {
     for (Json& t : j["tensors"]) {

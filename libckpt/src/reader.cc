@@ -138,18 +138,27 @@ absl::Status ReaderImpl::ReadRecords(std::span<const RecordRef> names, std::span
     records.push_back(RecordTarget{&chain.link(base).dir, chain.Find(base, name), dsts[i]});
     bases.push_back(base);
   }
-  CKPT_RETURN_IF_ERROR(ReadWholeRecords(records));
-  // Then the deltas after them, every chain's links at once.
+  // Records with no delta after them are read here; the bases of the others
+  // by the chain pipeline, just before their links, so that reading bases
+  // overlaps applying links.
+  std::vector<RecordTarget> whole;
   std::vector<ChainTarget> chains;
   std::vector<size_t> record_of;  // by chain target
   for (size_t i = 0; i < records.size(); ++i) {
     if (bases[i] + 1 < names[i].chain->size()) {
       chains.push_back(ChainTarget{names[i].chain, names[i].name, bases[i], records[i].dst});
       record_of.push_back(i);
+    } else {
+      whole.push_back(records[i]);
     }
   }
-  return chains_.Apply(files_, chains,
-                       [&](size_t c) { return ReadWholeRecords({&records[record_of[c]], 1}); });
+  CKPT_RETURN_IF_ERROR(ReadWholeRecords(whole));
+  return chains_.Apply(files_, chains, [&](std::span<const size_t> targets) {
+    std::vector<RecordTarget> some;
+    some.reserve(targets.size());
+    for (size_t c : targets) some.push_back(records[record_of[c]]);
+    return ReadWholeRecords(some);
+  });
 }
 
 absl::Status ReaderImpl::ReadWholeRecords(std::span<const RecordTarget> records) {

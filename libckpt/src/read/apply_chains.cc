@@ -33,6 +33,9 @@ constexpr uint64_t kSplitBlocksPerThread = 2;
 // into at least kSlots batches of at least kMinBatchBytes).
 constexpr uint64_t kSlots = 4;
 constexpr uint64_t kMinBatchBytes = uint64_t{8} << 20;
+// The largest arena taken beyond the budget so that a link larger than a
+// slot still leaves room for a second batch (see `ChainRun::Plan`).
+constexpr uint64_t kMaxTwoSlotArenaBytes = uint64_t{1} << 30;
 
 // One delta link of one target, and where its stored bytes lie in the arena
 // (relative to its batch's start).
@@ -47,6 +50,7 @@ struct LinkRead {
 struct Batch {
   size_t begin = 0, end = 0;  // in the links
   uint64_t bytes = 0;         // arena bytes it takes
+  std::vector<size_t> bases;  // targets whose first link it holds: their bases are read first
 };
 
 // The links of one target within one batch, applied in order by one thread.
@@ -61,8 +65,13 @@ uint64_t SlotBytes(const TensorInfo& t) { return AlignUp(t.stored_bytes, kDirect
 // One call of `ChainApplier::Apply`.
 class ChainRun {
  public:
-  ChainRun(ShardFiles& files, std::span<const ChainTarget> targets, uint64_t arena_budget)
-      : files_(files), targets_(targets), batch_bytes_(arena_budget), mismatched_(targets.size(), 0) {}
+  ChainRun(ShardFiles& files, std::span<const ChainTarget> targets, uint64_t arena_budget,
+           const ChainApplier::ReadBases& read_bases)
+      : files_(files),
+        targets_(targets),
+        read_bases_(read_bases),
+        batch_bytes_(arena_budget),
+        mismatched_(targets.size(), 0) {}
 
   // The links in order, cut into batches. kDataLoss for a tensor missing or
   // changing dtype or shape along its chain.
@@ -91,6 +100,7 @@ class ChainRun {
 
   ShardFiles& files_;
   const std::span<const ChainTarget> targets_;
+  const ChainApplier::ReadBases& read_bases_;
   uint64_t batch_bytes_;  // the arena's budget; then, after `Plan`, a batch's
   uint64_t slot_bytes_ = 0;
   uint64_t slots_ = 1;
@@ -121,17 +131,21 @@ absl::Status ChainRun::Plan() {
       const size_t l = target.base + 1 + k;
       const uint64_t slot = SlotBytes(*t);
       if (batch.end > batch.begin && batch.bytes + slot > batch_bytes_) {
-        batches_.push_back(batch);
-        batch = Batch{batch.end, batch.end, 0};
+        batches_.push_back(std::move(batch));
+        batch = Batch{batches_.back().end, batches_.back().end, 0, {}};
       }
+      if (k == 0) batch.bases.push_back(i);
       links_.push_back(LinkRead{i, l, t, batch.bytes});
       batch.bytes += slot;
       ++batch.end;
     }
   }
-  if (batch.end > batch.begin) batches_.push_back(batch);
+  if (batch.end > batch.begin) batches_.push_back(std::move(batch));
   for (const Batch& b : batches_) slot_bytes_ = std::max(slot_bytes_, b.bytes);
   slots_ = std::clamp<uint64_t>(budget / std::max<uint64_t>(slot_bytes_, 1), 1, kSlots);
+  // Two slots at least, even past the budget, unless the largest link is
+  // huge: with one, reading (the bases too) and applying take turns.
+  if (slots_ == 1 && 2 * slot_bytes_ <= std::max<uint64_t>(budget, kMaxTwoSlotArenaBytes)) slots_ = 2;
   slots_ = std::min<uint64_t>(slots_, batches_.size());
   return absl::OkStatus();
 }
@@ -150,8 +164,11 @@ absl::Status ChainRun::Run(char* arena) {
   // slots the caller has finished applying. Neither waits on itself: the
   // reader waits for the caller to apply (or stop), the caller for a read to
   // finish (or fail).
-  IoExecutor io(files_.queue(), piece);
   auto read = [&](size_t b) {
+    // The bases first (through the queue, by the caller's reads), then the
+    // links, each batch on an executor of its own: one drives the queue at a time.
+    if (read_bases_ && !batches_[b].bases.empty()) CKPT_RETURN_IF_ERROR(read_bases_(batches_[b].bases));
+    IoExecutor io(files_.queue(), piece);
     absl::Status status = StartBatch(io, batches_[b], slot(b));
     absl::Status drained = io.Drain();
     return status.ok() ? drained : status;
@@ -285,9 +302,9 @@ ChainApplier::ChainApplier(const IoOptions& io)
     : arena_budget_(2 * std::max<uint64_t>(io.buffer_bytes, kDirectIoAlignment)) {}
 
 absl::Status ChainApplier::Apply(ShardFiles& files, std::span<const ChainTarget> targets,
-                                 const RereadBase& reread) {
+                                 const ReadBases& read_bases) {
   if (targets.empty()) return absl::OkStatus();
-  ChainRun run(files, targets, arena_budget_);
+  ChainRun run(files, targets, arena_budget_, read_bases);
   CKPT_RETURN_IF_ERROR(run.Plan());
   CKPT_ASSIGN_OR_RETURN(char* arena, arena_.Get(run.slot_bytes() * run.slots()));
   CKPT_RETURN_IF_ERROR(run.Run(arena));
@@ -299,7 +316,11 @@ absl::Status ChainApplier::Apply(ShardFiles& files, std::span<const ChainTarget>
     Log(LogLevel::kWarning, absl::StrCat("tensor \"", *c.name, "\" of ", c.chain->opened().dir,
                                          " does not match its checksum ", HashToHex(opened->xxh3),
                                          " after its delta chain; re-checking link by link"));
-    CKPT_RETURN_IF_ERROR(reread(i));
+    if (!read_bases) {
+      return absl::DataLossError(absl::StrCat("tensor \"", *c.name, "\" of ", c.chain->opened().dir,
+                                              " does not match its checksum after its delta chain"));
+    }
+    CKPT_RETURN_IF_ERROR(read_bases({&i, 1}));
     CKPT_RETURN_IF_ERROR(ApplyDeltas(files, *c.chain, *c.name, c.base, c.dst));
   }
   return absl::OkStatus();
