@@ -19,6 +19,7 @@
 #include "ckpt/object_tier.h"
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
+#include "distributed_ranks.h"
 #include "moto_server.h"
 #include "test_util.h"
 #include "testing/fault_injection_transport.h"
@@ -354,6 +355,72 @@ TEST_F(ObjectTierTest, EtagsConfirmUploadsAndADamagedBodyIsReadBackAndSentAgain)
   EXPECT_TRUE(transport->fired());
   EXPECT_GE(damaged->objects_read_back, 1u);
   ExpectSameAsLocal(3);
+}
+
+// A multi-rank checkpoint published by its ranks (PublishOptions::part),
+// then committed once (CommitPublishedParts): a rank's part leaves the other
+// rank's uploads alone and writes no marker; a commit missing a rank's files
+// writes none either, naming one; with every rank's, the step restores from
+// the bucket as it does locally, rank by rank.
+TEST_F(ObjectTierTest, RanksPublishTheirPartsAndOneCommitWritesTheMarker) {
+  {
+    testing::Ranks ranks(root_, 2, testing::SmallChunks(), absl::Seconds(30));
+    std::vector<std::vector<OwnedTensor>> states = {testing::RankState(0, 5), testing::RankState(1, 5)};
+    for (int r = 0; r < 2; ++r) {  // big enough for multipart shards
+      states[r].push_back(RandomTensor(absl::StrCat("shard.", r, ".big"), DType::kFloat32, {60000}, 40 + r));
+    }
+    std::vector<absl::Status> saved = ranks.Save({1, 1}, states);
+    ASSERT_TRUE(saved[0].ok() && saved[1].ok()) << saved[0] << " / " << saved[1];
+    ranks.CloseAll();
+  }
+  const std::string keys = StepPrefix("runs/a", 1) + "/";
+  // Rank 1 died mid-upload once: its multipart upload stays for it to resume.
+  auto left = store_->CreateMultipartUpload(keys + "rank-00001.interrupted", {false, {{"ckpt-xxh3", "0"}}});
+  ASSERT_TRUE(left.ok()) << left.status();
+  PublishOptions part = Small();
+  part.part = 0;
+  auto zero = PublishCheckpoint(root_, 1, *store_, "runs/a", part);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(store_->ListMultipartUploads(keys)->size(), 1u);  // rank 1's, untouched
+  ASSERT_TRUE(store_->AbortMultipartUpload(keys + "rank-00001.interrupted", *left).ok());
+  for (const CommitMarker::File& f : zero->published) EXPECT_TRUE(absl::StartsWith(f.name, "rank-00000.")) << f.name;
+  EXPECT_TRUE(ListCommittedSteps(*store_, "runs/a")->empty());
+  // Without rank 1's part: no marker, naming a file of it.
+  auto early = CommitPublishedParts(root_, 1, *store_, "runs/a", zero->published, Small());
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
+  EXPECT_TRUE(absl::StrContains(early.status().message(), "rank-00001.")) << early.status();
+  EXPECT_TRUE(ListCommittedSteps(*store_, "runs/a")->empty());
+  part.part = 1;
+  auto one = PublishCheckpoint(root_, 1, *store_, "runs/a", part);
+  ASSERT_TRUE(one.ok()) << one.status();
+  std::vector<CommitMarker::File> all = zero->published;
+  all.insert(all.end(), one->published.begin(), one->published.end());
+  auto committed = CommitPublishedParts(root_, 1, *store_, "runs/a", all, Small());
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_EQ(*ListCommittedSteps(*store_, "runs/a"), (std::vector<int64_t>{1}));
+  auto marker = ReadCommitMarker(*store_, "runs/a", 1);
+  ASSERT_TRUE(marker.ok() && marker->has_value());
+  EXPECT_EQ((*marker)->world_size, 2);
+  EXPECT_EQ((*marker)->files.size(), all.size() + 1);  // and the global manifest
+  // Again (a rank's retry after the marker): already there, its files listed.
+  auto again = PublishCheckpoint(root_, 1, *store_, "runs/a", part);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->already_there);
+  EXPECT_EQ(again->published.size(), one->published.size());
+  for (int r = 0; r < 2; ++r) {
+    ReaderOptions options;
+    options.step = 1;
+    options.rank = r;
+    auto local = Reader::Open(root_, options);
+    auto remote = Reader::Open(url_, options);
+    ASSERT_TRUE(local.ok() && remote.ok()) << remote.status();
+    for (const TensorInfo& t : (*local)->tensors()) {
+      auto a = (*local)->Read(t.name);
+      auto b = (*remote)->Read(t.name);
+      ASSERT_TRUE(a.ok() && b.ok()) << t.name << ": " << b.status();
+      EXPECT_TRUE(testing::SameBytes(a->data(), b->data(), a->nbytes())) << "rank " << r << " " << t.name;
+    }
+  }
 }
 
 TEST_F(ObjectTierTest, LeaseAdmitsOneJobAndIsTakenOverWhenExpired) {

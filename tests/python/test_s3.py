@@ -139,3 +139,68 @@ def test_tier_arguments_are_checked(root):
         ckpt.Checkpointer(root, tier="/not/a/bucket")
     with pytest.raises(ValueError, match="tier_part_bytes"):
         ckpt.Checkpointer(root, tier="s3://b/p", tier_part_bytes=1024)
+
+
+def _aws_env():
+    return {k: os.environ[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                       "AWS_REGION")}
+
+
+def _marker(url, step):
+    """The commit marker of `step` under `url` (moto, through boto3), or None."""
+    import boto3
+    import botocore
+    bucket, prefix = url[len("s3://"):].split("/", 1)
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/").get("Contents", [])]
+    marker = [k for k in keys if k == f"{prefix}/step-{step:020d}.commit"]  # ckpt/object_tier.h's MarkerKey
+    try:
+        return keys, (s3.get_object(Bucket=bucket, Key=marker[0])["Body"].read().decode() if marker else None)
+    except botocore.exceptions.ClientError:
+        return keys, None
+
+
+def test_upload_behind_a_multi_rank_save_commits_one_checkpoint_per_step(root, bucket_url, tmp_path):
+    """Two ranks, tier=: each uploads its own part, one marker per step after
+    both; the bucket's checkpoints load back on the group as saved, and each
+    rank's part from the bucket is the local one bit for bit."""
+    import distributed_workers as workers
+    w = workers.run_world("tier_workers:tier_group", 2, str(tmp_path / "w"), timeout=300, root=root,
+                          url=bucket_url, aws=_aws_env(), broken_rank=None)
+    w.check()
+    for r in range(2):
+        v = w.value(r)
+        assert v["errors"] == [], f"rank {r}: " + "\n".join(v["errors"])
+        assert v["waited"] and v["status"] == {"1": "durable", "2": "durable", "3": "durable"}, v
+        for d in v["done"]:
+            assert d.get("durable_in_bucket") and d["files"] >= 5 and d["rank_bytes"] > 0, d
+    # Both ranks uploaded: each one's bytes are its own part's.
+    assert w.value(0)["done"][0]["rank_bytes"] != w.value(0)["done"][0]["bytes"]
+    assert ckpt.list_steps(bucket_url) == [1, 2, 3]
+    for s in (1, 2, 3):
+        keys, marker = _marker(bucket_url, s)
+        assert marker is not None, keys
+        local = sorted(os.listdir(ckpt.describe(root, s)["dir"]))
+        for name in local:  # the marker lists every file of the step, both ranks' and the global manifest
+            assert f'"{name}"' in marker, (name, marker)
+        for r in range(2):
+            a, b = ckpt.load(bucket_url, step=s, rank=r), ckpt.load(root, step=s, rank=r)
+            assert torch.equal(a["model"]["w"], b["model"]["w"]) and torch.equal(a["rng"], b["rng"]), (s, r)
+
+
+def test_a_rank_whose_part_cannot_upload_leaves_no_marker_and_fails_on_every_rank(root, bucket_url, tmp_path):
+    import distributed_workers as workers
+    w = workers.run_world("tier_workers:tier_group", 2, str(tmp_path / "w"), timeout=300, root=root,
+                          url=bucket_url, aws=_aws_env(), broken_rank=1)
+    w.check()
+    for r in range(2):
+        v = w.value(r)
+        assert v["status"] == {"1": "failed", "2": "failed", "3": "failed"}, v
+        for d in v["done"]:
+            assert "error" in d, d
+        # Step 1 names rank 1's part; the deltas after it, their missing base.
+        assert "rank 1" in v["done"][0]["error"], v["done"][0]
+    assert ckpt.list_steps(bucket_url) == []
+    for s in (1, 2, 3):
+        assert _marker(bucket_url, s)[1] is None
+    assert ckpt.list_steps(root) == [1, 2, 3]  # the local checkpoints stand

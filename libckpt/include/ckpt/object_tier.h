@@ -78,6 +78,13 @@ struct PublishOptions {
   // every object read back.
   bool read_back = false;
   std::shared_ptr<FileSystem> fs;  // of `root` (null: PosixFileSystem())
+  // A multi-rank checkpoint published by its ranks together, each rank its
+  // own files: with `part` = r, `PublishCheckpoint` uploads and checks only
+  // the files of rank r's part (`rank-<r>.*`) and writes no marker; once
+  // every rank's call returned, one process passes what they published to
+  // `CommitPublishedParts`. Steps (1)-(3) below then concern rank r's keys
+  // only (another rank's uploads are left to it).
+  std::optional<int> part;
 };
 
 struct PublishStats {
@@ -91,6 +98,9 @@ struct PublishStats {
   // Objects read back to check them (`PublishOptions::read_back`, or ETags
   // that did not confirm the upload), counting each read of a re-upload.
   uint64_t objects_read_back = 0;
+  // Every file this call uploaded and checked (or found under a marker), as
+  // the marker lists them: what a rank hands to `CommitPublishedParts`.
+  std::vector<CommitMarker::File> published;
 };
 
 // Publishes committed checkpoint `step` of the local `root` under `prefix`:
@@ -115,6 +125,20 @@ struct PublishStats {
 absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t step,
                                                ObjectStore& store, absl::string_view prefix,
                                                const PublishOptions& options);
+
+// Commits a multi-rank checkpoint whose ranks published their parts
+// (`PublishOptions::part`; `published`: the concatenation of their
+// `PublishStats::published`): uploads and checks the step's other files (its
+// global manifest), then writes the marker as `PublishCheckpoint` does,
+// listing every file -- only if the files listed and uploaded are exactly
+// the local step directory's, with their sizes (else kFailedPrecondition
+// naming the file, and no marker). A marker already there for the same
+// checkpoint is OK (`already_there`). REQUIRES: the lease, held since before
+// the parts were published.
+absl::StatusOr<PublishStats> CommitPublishedParts(const std::string& root, int64_t step,
+                                                  ObjectStore& store, absl::string_view prefix,
+                                                  const std::vector<CommitMarker::File>& published,
+                                                  const PublishOptions& options);
 
 // Removes what dead jobs left under `prefix`: multipart uploads of keys under
 // `P/step-*/` -- of committed steps all, of others those initiated more than

@@ -6,13 +6,17 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <optional>
+#include <set>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/object_tier.h"
+#include "format/names.h"
 #include "util/hash.h"
 #include "util/log.h"
 #include "util/path.h"
@@ -292,17 +296,81 @@ class Publisher {
   std::map<std::string, std::string> resume_;  // the calling thread's
 };
 
+// Every file of the step directory `names` is listed, with its size, in
+// `listed` (once): else kFailedPrecondition naming what is missing.
+absl::Status CheckCoversStep(FileSystem& fs, const CheckpointSummary& hot, const std::vector<std::string>& names,
+                             const std::vector<CommitMarker::File>& listed, const std::string& where) {
+  std::map<std::string, uint64_t> sizes;
+  for (const CommitMarker::File& f : listed) {
+    if (!sizes.emplace(f.name, f.bytes).second) {
+      return absl::InvalidArgumentError(absl::StrCat(f.name, " is listed twice for ", where));
+    }
+  }
+  for (const std::string& name : names) {
+    auto it = sizes.find(name);
+    if (it == sizes.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          internal::JoinPath(hot.dir, name), " was not published (no rank listed it): no commit marker for ", where));
+    }
+    CKPT_ASSIGN_OR_RETURN(FileStat st, fs.Stat(internal::JoinPath(hot.dir, name)));
+    if (st.size != it->second) {
+      return absl::FailedPreconditionError(absl::StrCat(internal::JoinPath(hot.dir, name), " has ", st.size,
+                                                        " bytes, its rank published ", it->second));
+    }
+    sizes.erase(it);
+  }
+  if (!sizes.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(sizes.begin()->first, " was published for ", where,
+                                                      " but is not in ", hot.dir));
+  }
+  return absl::OkStatus();
+}
+
 bool SameCheckpoint(const CommitMarker& m, const CheckpointSummary& hot) {
   const uint64_t hot_identity = hot.compacted ? hot.compacted_from_manifest_xxh3 : hot.manifest_xxh3;
   return m.manifest_xxh3 == hot.manifest_xxh3 ||
          (m.compacted && m.compacted_from_manifest_xxh3 == hot_identity);
 }
 
-}  // namespace
 
-absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t step,
-                                               ObjectStore& store, absl::string_view prefix,
-                                               const PublishOptions& options) {
+// What one call publishes of a step: every file and the marker
+// (PublishCheckpoint), one rank's files and no marker (PublishOptions::part),
+// or what the ranks did not, then the marker over all (CommitPublishedParts).
+// "rank-<5 digits>.": a file of one rank's part (format/names.h).
+bool IsRankFile(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, "rank-") || name.size() < 6 || name[5] != '.') return false;
+  return std::all_of(name.begin(), name.begin() + 5, [](char c) { return c >= '0' && c <= '9'; });
+}
+
+class Selection {
+ public:
+  Selection(std::optional<int> part, const std::vector<CommitMarker::File>* published)
+      : part_(part), published_(published) {
+    if (published_ != nullptr) {
+      for (const CommitMarker::File& f : *published_) published_names_.insert(f.name);
+    }
+  }
+  // Whether this call uploads the step's file `name`: a rank's own files;
+  // for the commit of the parts, the files of no rank (the global manifest)
+  // -- a rank's file the ranks did not list is missing, not the committer's.
+  bool Owns(absl::string_view name) const {
+    if (part_.has_value()) return absl::StartsWith(name, internal::RankFilePrefix(*part_));
+    if (published_ == nullptr) return true;
+    return published_names_.count(std::string(name)) == 0 && !IsRankFile(name);
+  }
+  bool marker() const { return !part_.has_value(); }
+  // Files the ranks published (for the marker), or null.
+  const std::vector<CommitMarker::File>* published() const { return published_; }
+
+ private:
+  std::optional<int> part_;
+  const std::vector<CommitMarker::File>* published_;
+  std::set<std::string> published_names_;
+};
+
+absl::StatusOr<PublishStats> Publish(const std::string& root, int64_t step, ObjectStore& store,
+                                     absl::string_view prefix, const PublishOptions& options,
+                                     const Selection& selection) {
   std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
   if (options.part_bytes == 0) return absl::InvalidArgumentError("PublishOptions::part_bytes is 0");
   CKPT_ASSIGN_OR_RETURN(CheckpointSummary hot, SummarizeCheckpoint(root, step, fs));
@@ -332,6 +400,9 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
     if (left.ok()) {
       for (const MultipartUploadInfo& u : *left) (void)store.AbortMultipartUpload(u.key, u.upload_id);
     }
+    for (const CommitMarker::File& f : existing->files) {
+      if (selection.Owns(f.name)) stats.published.push_back(f);
+    }
     return stats;
   }
   // (2) A chain is whole in the bucket: the base first.
@@ -351,7 +422,10 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
   // Per key the newest is resumed (ISO 8601 times sort as strings), the
   // others aborted.
   std::map<std::string, MultipartUploadInfo> newest;
+  const std::string step_keys = StepPrefix(prefix, step) + "/";
   for (const MultipartUploadInfo& u : stale) {
+    // Another rank's uploads are its own to resume.
+    if (!absl::StartsWith(u.key, step_keys) || !selection.Owns(u.key.substr(step_keys.size()))) continue;
     auto [it, fresh] = newest.emplace(u.key, u);
     if (fresh) continue;
     const MultipartUploadInfo& older = u.initiated < it->second.initiated ? u : it->second;
@@ -365,6 +439,7 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
   // to replace.
   CKPT_ASSIGN_OR_RETURN(ObjectListing present, store.List(StepPrefix(prefix, step) + "/", ""));
   for (const ObjectInfo& o : present.objects) {
+    if (absl::StartsWith(o.key, step_keys) && !selection.Owns(o.key.substr(step_keys.size()))) continue;
     CKPT_ASSIGN_OR_RETURN(ObjectInfo head, store.Head(o.key));
     if (head.metadata.count("ckpt-xxh3") == 0) {
       return absl::AlreadyExistsError(absl::StrCat(
@@ -378,6 +453,7 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
   std::sort(names.begin(), names.end());
   std::vector<LocalFile> files;
   for (const std::string& name : names) {
+    if (!selection.Owns(name)) continue;
     LocalFile f;
     f.name = name;
     f.path = internal::JoinPath(hot.dir, name);
@@ -420,7 +496,22 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
         " does not read back as uploaded (twice); no commit marker written for step ", step));
   }
 
-  // (6) The marker, last.
+  for (const LocalFile& f : files) {
+    stats.published.push_back(CommitMarker::File{f.name, f.bytes, f.xxh3});
+    stats.bytes += f.bytes;
+  }
+  stats.files = files.size();
+  if (!selection.marker()) {  // a rank's part: the marker is CommitPublishedParts'
+    stats.requests += publisher.requests();
+    stats.parts_resumed = publisher.resumed();
+    return stats;
+  }
+
+  // (6) The marker, last, over every file of the step.
+  std::vector<CommitMarker::File> listed;
+  if (selection.published() != nullptr) listed = *selection.published();
+  for (const LocalFile& f : files) listed.push_back(CommitMarker::File{f.name, f.bytes, f.xxh3});
+  CKPT_RETURN_IF_ERROR(CheckCoversStep(*fs, hot, names, listed, where));
   CommitMarker marker;
   marker.step = step;
   marker.delta = hot.kind == CheckpointKind::kDelta;
@@ -429,11 +520,9 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
   marker.manifest_xxh3 = hot.manifest_xxh3;
   marker.compacted = hot.compacted;
   marker.compacted_from_manifest_xxh3 = hot.compacted_from_manifest_xxh3;
-  for (const LocalFile& f : files) {
-    marker.files.push_back(CommitMarker::File{f.name, f.bytes, f.xxh3});
-    stats.bytes += f.bytes;
-  }
-  stats.files = files.size();
+  std::sort(listed.begin(), listed.end(),
+            [](const CommitMarker::File& a, const CommitMarker::File& b) { return a.name < b.name; });
+  marker.files = std::move(listed);
   marker.uploaded_by = Identity();
   marker.uploaded_unix_ns = absl::ToUnixNanos(absl::Now());
   const std::string text = SerializeCommitMarker(marker);
@@ -473,6 +562,27 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
   stats.requests += publisher.requests();
   stats.parts_resumed = publisher.resumed();
   return stats;
+}
+
+}  // namespace
+
+absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t step,
+                                               ObjectStore& store, absl::string_view prefix,
+                                               const PublishOptions& options) {
+  if (options.part.has_value() && *options.part < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("PublishOptions::part is ", *options.part));
+  }
+  return Publish(root, step, store, prefix, options, Selection{options.part, nullptr});
+}
+
+absl::StatusOr<PublishStats> CommitPublishedParts(const std::string& root, int64_t step,
+                                                  ObjectStore& store, absl::string_view prefix,
+                                                  const std::vector<CommitMarker::File>& published,
+                                                  const PublishOptions& options) {
+  if (options.part.has_value()) {
+    return absl::InvalidArgumentError("CommitPublishedParts publishes no part: PublishOptions::part is set");
+  }
+  return Publish(root, step, store, prefix, options, Selection{std::nullopt, &published});
 }
 
 }  // namespace ckpt

@@ -9,21 +9,155 @@ Memory: `streams` x `part_bytes`; bandwidth: `max_upload_rate` bytes per
 second per stream (0: unlimited). An upload failure never fails the save:
 the local checkpoint is durable either way; it is reported on the save's
 `tier_completion` Future and by `Checkpointer.tier_status()`.
+
+With a process group (a multi-rank checkpoint), every rank uploads its own
+part and one marker is written after all of them (`_GroupPublish`): rank 0
+takes the prefix's lease and says "go" through the group's c10d store, each
+rank publishes its files (`publish_part`: uploaded and checked) and reports
+the list, rank 0 then uploads the step's global manifest and writes the
+marker over every rank's files (`commit_published_parts`) and publishes the
+result, which every rank reports on its Future. No marker is written unless
+every rank's part is up and checked.
 """
 import concurrent.futures
+import json
+import os
 import queue
+import socket
 import threading
 import time
 
 import torch
 
-from .errors import translate
+from .errors import CheckpointError, translate
 
 _ATTEMPTS = 3
+# How long the ranks of a multi-rank upload wait for one another (a rank's
+# whole part, rank 0's marker); the lease rank 0 holds lasts as long.
+_GROUP_PATIENCE_S = 3600.0
+# How long rank 0 waits, at most, for every rank to have read the result
+# before it lets its own upload end (its process may host the store).
+_SEEN_PATIENCE_S = 10.0
+
+
+class _GroupPublish:
+    """One step's multi-rank upload on this rank (see the module)."""
+
+    def __init__(self, tier, step):
+        self.tier, self.step = tier, step
+        self.rank, self.world = tier.group.rank(), tier.group.size()
+        self.base = f"{tier.key_prefix}/tier/{step}"
+
+    def _set(self, key, value):
+        code, message = torch.ops.ckpt._store_op(self.tier.group.boxed(), "set", f"{self.base}/{key}",
+                                                 value, 0.0)
+        if code:
+            raise CheckpointError(f"ckpt: upload of step {self.step}: the process group's store: "
+                                  f"{code}: {message}")
+
+    def _get(self, key, patience=_GROUP_PATIENCE_S):
+        """The value of `key`, waited for in 1 s slices (so that close(cancel)
+        ends the wait); None after `patience`."""
+        deadline = time.monotonic() + patience
+        while True:
+            code, value = torch.ops.ckpt._store_op(self.tier.group.boxed(), "get", f"{self.base}/{key}", "",
+                                                   min(1.0, max(0.001, deadline - time.monotonic())))
+            if not code:
+                return value
+            if code != "DEADLINE_EXCEEDED":
+                raise CheckpointError(f"ckpt: upload of step {self.step}: the process group's store: "
+                                      f"{code}: {value}")
+            if time.monotonic() >= deadline or self.tier.stopping:
+                return None
+
+    def _part(self):
+        """This rank's files, uploaded and checked: its report."""
+        error = None
+        for attempt in range(_ATTEMPTS):
+            try:
+                with translate():
+                    got = json.loads(torch.ops.ckpt.publish_part(self.tier.root, self.step, self.tier.url,
+                                                                 self.rank, *self.tier.args))
+                return {"ok": True, **got}
+            except Exception as e:  # reported to rank 0, which writes no marker
+                error = e
+                time.sleep(0.5 * (attempt + 1))
+        return {"ok": False, "error": str(error)}
+
+    def _commit(self, reports):
+        """Rank 0: the marker over every rank's files, or why not."""
+        failed = [f"rank {r}: {rep['error']}" for r, rep in enumerate(reports) if not rep["ok"]]
+        if failed:
+            return {"ok": False, "error": "no commit marker written, a rank's part did not upload: "
+                    + "; ".join(failed)}
+        files = [f for rep in reports for f in rep["files"]]
+        error = None
+        for attempt in range(_ATTEMPTS):
+            try:
+                with translate():
+                    n, _, already = torch.ops.ckpt.commit_published_parts(
+                        self.tier.root, self.step, self.tier.url, json.dumps(files), *self.tier.args)
+                return {"ok": True, "files": len(files) + n, "already_there": already and all(r["already_there"]
+                                                                                  for r in reports),
+                        "bytes": sum(r["bytes"] for r in reports)}
+            except Exception as e:
+                error = e
+                time.sleep(0.5 * (attempt + 1))
+        return {"ok": False, "error": str(error)}
+
+    def run(self):
+        """The step's result on this rank: a dict, or raises why it is not in the bucket."""
+        lease = None
+        try:
+            if self.rank == 0:
+                try:
+                    with translate():
+                        lease = torch.classes.ckpt.TierLease(
+                            self.tier.url, f"ckpt Checkpointer {socket.gethostname()} pid {os.getpid()} "
+                            f"for {self.tier.root} ({self.world} ranks)", _GROUP_PATIENCE_S)
+                except Exception as e:
+                    self._set("go", f"error: {e}")
+                    raise
+                self._set("go", "ok")
+            else:
+                go = self._get("go")
+                if go is None:
+                    raise CheckpointError(f"ckpt: upload of step {self.step}: no word from rank 0 within "
+                                          f"{_GROUP_PATIENCE_S:.0f} s")
+                if go != "ok":
+                    raise CheckpointError(f"ckpt: upload of step {self.step}: rank 0 could not take the "
+                                          f"bucket's lease: {go.removeprefix('error: ')}")
+            mine = self._part()
+            if self.rank != 0:
+                self._set(f"part/{self.rank}", json.dumps(mine))
+                got = self._get("result")
+                if got is None:
+                    raise CheckpointError(f"ckpt: upload of step {self.step}: no result from rank 0 within "
+                                          f"{_GROUP_PATIENCE_S:.0f} s")
+                self._set(f"seen/{self.rank}", "1")
+                result = json.loads(got)
+            else:
+                reports = [mine]
+                for r in range(1, self.world):
+                    got = self._get(f"part/{r}")
+                    reports.append(json.loads(got) if got is not None else
+                                   {"ok": False, "error": f"no report within {_GROUP_PATIENCE_S:.0f} s"})
+                result = self._commit(reports)
+                self._set("result", json.dumps(result))
+                for r in range(1, self.world):  # before this process may take the store away
+                    if self._get(f"seen/{r}", _SEEN_PATIENCE_S) is None:
+                        break
+            if not result["ok"]:
+                raise CheckpointError(f"ckpt: upload of step {self.step} to {self.tier.url}: {result['error']}")
+            return {"files": result["files"], "bytes": result["bytes"], "already_there": result["already_there"],
+                    "rank_bytes": mine.get("bytes", 0)}
+        finally:
+            if lease is not None:
+                lease.release()
 
 
 class _Tier:
-    def __init__(self, root, url, streams, part_bytes, max_upload_rate):
+    def __init__(self, root, url, streams, part_bytes, max_upload_rate, group=None, key_prefix=None):
         url = str(url)
         if not url.startswith("s3://"):
             raise ValueError(f"ckpt: tier must be an s3://bucket/prefix URL, got {url!r}")
@@ -31,8 +165,12 @@ class _Tier:
             raise ValueError("ckpt: tier_streams must be >= 1, tier_part_bytes >= 5 MiB (S3's "
                              "smallest part) and tier_max_upload_rate >= 0")
         self.url = url
-        self._root = root
-        self._args = (int(streams), int(part_bytes), int(max_upload_rate))
+        self.root = root
+        self.args = (int(streams), int(part_bytes), int(max_upload_rate))
+        # With a process group of several ranks: each uploads its part (_GroupPublish).
+        self.group = group if group is not None and group.size() > 1 else None
+        self.key_prefix = key_prefix
+        self.stopping = False
         self._queue = queue.Queue()
         self._lock = threading.Lock()
         self._status = {}  # step -> dict; GUARDED_BY(_lock)
@@ -66,6 +204,7 @@ class _Tier:
 
     def close(self, cancel=False):
         if cancel:
+            self.stopping = True
             while True:
                 try:
                     item = self._queue.get_nowait()
@@ -89,22 +228,29 @@ class _Tier:
             with self._lock:
                 self._status[step] = {"state": "uploading"}
             start = time.perf_counter()
-            error = None
-            for attempt in range(_ATTEMPTS):
+            error = extra = None
+            if self.group is not None:
                 try:
-                    with translate():
-                        files, nbytes, already = torch.ops.ckpt.publish_checkpoint(
-                            self._root, step, self.url, *self._args)
-                    error = None
-                    break
+                    extra = _GroupPublish(self, step).run()
+                    files, nbytes, already = extra.pop("files"), extra.pop("bytes"), extra.pop("already_there")
                 except Exception as e:  # reported below; the save itself stands
                     error = e
-                    time.sleep(0.5 * (attempt + 1))
+            else:
+                for attempt in range(_ATTEMPTS):
+                    try:
+                        with translate():
+                            files, nbytes, already = torch.ops.ckpt.publish_checkpoint(
+                                self.root, step, self.url, *self.args)
+                        error = None
+                        break
+                    except Exception as e:  # reported below; the save itself stands
+                        error = e
+                        time.sleep(0.5 * (attempt + 1))
             with self._lock:
                 if error is None:
                     result = {"uploaded": True, "durable_in_bucket": True, "url": self.url,
                               "files": files, "bytes": nbytes, "already_there": already,
-                              "seconds": time.perf_counter() - start}
+                              "seconds": time.perf_counter() - start, **(extra or {})}
                     self._status[step] = {"state": "durable", **result}
                 else:
                     self._status[step] = {"state": "failed", "error": str(error)}

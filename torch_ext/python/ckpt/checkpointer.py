@@ -161,11 +161,9 @@ class Checkpointer:
                 f"ckpt: cannot save to {self.root}: saves go to a local (or mounted) directory; "
                 f"upload behind the save with Checkpointer(DIR, tier=\"{self.root}\"), or tier with "
                 f"`ckpt-retain --root DIR --cold-dir {self.root}`")
-        if tier is not None and group is not None:
-            raise ValueError("ckpt: tier= with a process group is not built yet (each rank's part "
-                             "and one marker); tier a multi-rank root with ckpt-retain --cold-dir")
+        key_prefix = None if group is None else _distributed.next_key_prefix(self.root)
         self._tier = None if tier is None else _tier._Tier(
-            self.root, tier, tier_streams, tier_part_bytes, tier_max_upload_rate)
+            self.root, tier, tier_streams, tier_part_bytes, tier_max_upload_rate, group, key_prefix)
         self.lazy = bool(lazy)
         self.process_group = group  # None: single-process
         options_json = json.dumps(opts, allow_nan=False)
@@ -174,8 +172,7 @@ class Checkpointer:
                 self._engine = torch.classes.ckpt.Engine(self.root, options_json)
             else:
                 self._engine = torch.ops.ckpt.open_engine(
-                    self.root, options_json, group.boxed(), _distributed.next_key_prefix(self.root),
-                    commit_timeout_s)
+                    self.root, options_json, group.boxed(), key_prefix, commit_timeout_s)
         # Held while a save is started and queued, so the waiter's order is
         # the engine's; GUARDED_BY: _closed.
         self._lock = threading.Lock()
