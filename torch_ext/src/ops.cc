@@ -174,7 +174,9 @@ TORCH_LIBRARY(ckpt, m) {
       "__torch__.torch.classes.c10d.ProcessGroup? group=None, str key_prefix=\"ckpt\", "
       "float commit_timeout_s=300.) -> __torch__.torch.classes.ckpt.Engine",
       OpenEngineOp);
-  // Tests of the c10d store adapter: ("", value) or (code, message).
+  // A group's c10d store through the adapter (C10dStore): ("", value) or
+  // (code, message). Used by the adapter's tests and by the multi-rank
+  // upload behind the save (_tier.py), from its background thread.
   m.def(
       "_store_op(__torch__.torch.classes.c10d.ProcessGroup group, str op, str key, "
       "str value=\"\", float timeout_s=1.) -> (str, str)",
