@@ -3,17 +3,22 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "ckpt/object_store.h"
 #include "gtest/gtest.h"
 #include "moto_server.h"
 #include "object/crc32c.h"
 #include "object/credentials.h"
+#include "object/s3_object_store.h"
 #include "object/s3_xml.h"
 #include "object/sigv4.h"
 
@@ -191,9 +196,132 @@ TEST_F(ConfigTest, CredentialProcessOfTheProfile) {
 
 TEST_F(ConfigTest, NoCredentialsSaysWhereItLooked) {
   env_["HOME"] = "/nonexistent";
+  // Nothing configured: EC2 instance metadata is the last place to ask.
+  auto imds = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(imds.ok()) << imds.status();
+  EXPECT_TRUE(imds->fetch_credentials != nullptr);
+  EXPECT_EQ(imds->credentials_source, "EC2 instance metadata at http://169.254.169.254");
+  env_["AWS_EC2_METADATA_DISABLED"] = "true";
   auto c = internal::ResolveConfig({}, Lookup());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(c.status().message(), "AWS_ACCESS_KEY_ID")) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "AWS_WEB_IDENTITY_TOKEN_FILE")) << c.status();
+}
+
+// Answers the credential services' requests the way they do (IMDSv2, STS,
+// the container endpoint), records them, and sends anything else on to
+// `next` (moto) when there is one.
+class CredentialServices final : public HttpTransport {
+ public:
+  explicit CredentialServices(std::shared_ptr<HttpTransport> next = nullptr) : next_(std::move(next)) {}
+  absl::StatusOr<HttpResponse> Send(const HttpRequest& r) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.push_back(r.method + " " + r.url);
+      for (const auto& [k, v] : r.headers) {
+        if (k == "x-amz-security-token") tokens_.push_back(v);
+        if (k == "x-aws-ec2-metadata-token" || k == "authorization") auth_.push_back(v);
+      }
+      // One fetch: one answer with credentials.
+      if (r.url == "http://imds.test/latest/meta-data/iam/security-credentials/trainer-role" ||
+          r.url == "http://sts.test/" || r.url == "http://ecs.test/creds") {
+        ++fetches_;
+        body_ = std::string(r.body.begin(), r.body.end());
+      }
+    }
+    HttpResponse out;
+    out.status = 200;
+    const std::string expires = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now() + lifetime_, absl::UTCTimeZone());
+    const std::string json = absl::StrCat(R"({"Code": "Success", "AccessKeyId": "testing", "SecretAccessKey": "testing", "Token": "T)",
+                                          fetches_, R"(", "Expiration": ")", expires, R"("})");
+    if (r.url == "http://imds.test/latest/api/token") {
+      if (r.method != "PUT") out.status = 405;
+      out.body = "SESSION";
+    } else if (r.url == "http://imds.test/latest/meta-data/iam/security-credentials/") {
+      out.body = "trainer-role\n";
+    } else if (r.url == "http://imds.test/latest/meta-data/iam/security-credentials/trainer-role") {
+      out.body = json;
+    } else if (r.url == "http://ecs.test/creds") {
+      out.body = json;
+    } else if (r.url == "http://sts.test/") {
+      out.body = absl::StrCat(
+          "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
+          "<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>testing</AccessKeyId>"
+          "<SecretAccessKey>testing</SecretAccessKey><SessionToken>W", fetches_, "</SessionToken><Expiration>",
+          expires, "</Expiration></Credentials></AssumeRoleWithWebIdentityResult>"
+          "</AssumeRoleWithWebIdentityResponse>");
+    } else if (next_ != nullptr) {
+      return next_->Send(r);
+    } else {
+      out.status = 404;
+    }
+    return out;
+  }
+  std::mutex mu_;
+  std::vector<std::string> seen_, tokens_, auth_;
+  std::string body_;
+  int fetches_ = 0;
+  absl::Duration lifetime_ = absl::Hours(1);
+
+ private:
+  std::shared_ptr<HttpTransport> next_;
+};
+
+TEST_F(ConfigTest, InstanceMetadataCredentialsThroughIMDSv2) {
+  env_["HOME"] = "/nonexistent";
+  env_["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = "http://imds.test/";
+  auto c = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(c.ok()) << c.status();
+  CredentialServices services;
+  auto got = c->fetch_credentials(services);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->credentials.access_key_id, "testing");
+  EXPECT_EQ(got->credentials.session_token, "T1");
+  ASSERT_TRUE(got->expires.has_value());
+  EXPECT_GT(*got->expires, absl::Now() + absl::Minutes(50));
+  EXPECT_EQ(services.seen_.front(), "PUT http://imds.test/latest/api/token");
+  EXPECT_EQ(services.auth_, (std::vector<std::string>{"SESSION", "SESSION"}));  // the session token, v2
+}
+
+TEST_F(ConfigTest, WebIdentityComesBeforeTheProfileAndReadsTheTokenEachTime) {
+  env_["AWS_SHARED_CREDENTIALS_FILE"] =
+      WriteFile("creds5", "[default]\naws_access_key_id = P\naws_secret_access_key = Q\n");
+  env_["AWS_WEB_IDENTITY_TOKEN_FILE"] = WriteFile("token5", "eyJ.first\n");
+  env_["AWS_ROLE_ARN"] = "arn:aws:iam::123456789012:role/trainer";
+  env_["AWS_ENDPOINT_URL_STS"] = "http://sts.test";
+  auto c = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->fetch_credentials != nullptr) << "the profile's keys won";
+  CredentialServices services;
+  auto got = c->fetch_credentials(services);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->credentials.session_token, "W1");
+  EXPECT_TRUE(got->expires.has_value());
+  EXPECT_TRUE(absl::StrContains(services.body_, "Action=AssumeRoleWithWebIdentity")) << services.body_;
+  EXPECT_TRUE(absl::StrContains(services.body_, "RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Ftrainer"))
+      << services.body_;
+  EXPECT_TRUE(absl::StrContains(services.body_, "WebIdentityToken=eyJ.first")) << services.body_;
+  WriteFile("token5", "eyJ.rotated\n");  // the platform rotates the file
+  ASSERT_TRUE(c->fetch_credentials(services).ok());
+  EXPECT_TRUE(absl::StrContains(services.body_, "WebIdentityToken=eyJ.rotated")) << services.body_;
+}
+
+TEST_F(ConfigTest, ContainerCredentialsWithTheirAuthorizationToken) {
+  env_["HOME"] = "/nonexistent";
+  env_["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = "http://ecs.test/creds";
+  env_["AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"] = WriteFile("ecs-token", "pod-identity-token\n");
+  auto c = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(c.ok()) << c.status();
+  CredentialServices services;
+  auto got = c->fetch_credentials(services);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->credentials.session_token, "T1");
+  EXPECT_EQ(services.auth_, (std::vector<std::string>{"pod-identity-token"}));
+  services.fetches_ = 0;
+  env_["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = "http://ecs.test/elsewhere";
+  auto missing = internal::ResolveConfig({}, Lookup())->fetch_credentials(services);
+  EXPECT_FALSE(missing.ok());
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "http://ecs.test/elsewhere")) << missing.status();
 }
 
 // Against moto.
@@ -210,6 +338,34 @@ class S3StoreTest : public ::testing::Test {
   std::string bucket_;
   std::shared_ptr<ObjectStore> store_;
 };
+
+// A store whose credentials come from instance metadata signs with them
+// (their session token on every request), fetches them once while they last,
+// and again when less than five minutes of them are left.
+TEST(S3StoreCredentialsTest, FetchedCredentialsAreUsedAndRefreshedBeforeTheyExpire) {
+  ObjectStoreOptions options = ckpt::testing::SharedMotoServer().Options();
+  options.credentials.reset();
+  auto services = std::make_shared<CredentialServices>(CurlHttpTransport());
+  options.transport = services;
+  std::map<std::string, std::string> env = {{"HOME", "/nonexistent"},
+                                            {"AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://imds.test"}};
+  auto config = internal::ResolveConfig(options, [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+  ASSERT_TRUE(config.ok()) << config.status();
+  const std::string bucket = ckpt::testing::NewTestBucket();
+  std::shared_ptr<ObjectStore> store = internal::NewS3ObjectStore(bucket, *config, options);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Put(absl::StrCat("k", i), "v", {false, {}}).ok());
+  EXPECT_EQ(services->fetches_, 1);
+  EXPECT_EQ(services->tokens_, (std::vector<std::string>{"T1", "T1", "T1"}));
+  services->lifetime_ = absl::Minutes(2);  // the next ones expire soon: fetched again each time
+  store = internal::NewS3ObjectStore(bucket, *config, options);
+  ASSERT_TRUE(store->Get("k0").ok());
+  ASSERT_TRUE(store->Get("k1").ok());
+  EXPECT_EQ(services->fetches_, 3);
+  EXPECT_EQ(services->tokens_.back(), "T3");
+}
 
 TEST_F(S3StoreTest, PutGetRangeHeadDelete) {
   std::string data(100000, '\0');

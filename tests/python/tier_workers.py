@@ -26,6 +26,7 @@ def tier_group(ctx):
         for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             os.environ.pop(k, None)
         os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.environ["AWS_CONFIG_FILE"] = "/nonexistent/ckpt"
+        os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # no instance to ask either
     out = {"done": [], "errors": []}
     snaps = {}
     with ckpt.Checkpointer(ctx.root, tier=ctx.url, delta="exact", full_every=2, replicated=["model"],

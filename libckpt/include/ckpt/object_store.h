@@ -98,7 +98,11 @@ struct ObjectStoreOptions {
   // Empty: taken the way the AWS tools take them. Credentials from
   // `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`, else the
   // profile (`AWS_PROFILE`, else "default") of `AWS_SHARED_CREDENTIALS_FILE`
-  // (~/.aws/credentials) and `AWS_CONFIG_FILE` (~/.aws/config). Region from
+  // (~/.aws/credentials) and `AWS_CONFIG_FILE` (~/.aws/config); where none is
+  // set, fetched (and refreshed before they expire) from a web identity
+  // (`AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN`, checked before the
+  // profile), the container credentials endpoint, or EC2 instance metadata
+  // (docs/object-storage.md, "Configuring a bucket"). Region from
   // `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile, else us-east-1.
   // Endpoint from `AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`, the profile's
   // `endpoint_url`, else AWS (https://s3.<region>.amazonaws.com).

@@ -1,5 +1,7 @@
 #include "object/credentials.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -108,12 +110,41 @@ absl::StatusOr<ResolvedConfig> ResolveConfig(const ObjectStoreOptions& options,
     return v;
   };
 
+  c.region = options.region;
+  if (c.region.empty()) c.region = Env(env, "AWS_REGION");
+  if (c.region.empty()) c.region = Env(env, "AWS_DEFAULT_REGION");
+  if (c.region.empty()) c.region = Lookup(config_ini, config_section, "region");
+  if (c.region.empty()) c.region = "us-east-1";
+
+  // The AWS SDKs' order: keys in the environment, a web identity, the
+  // profile's keys, its credential_process, the container endpoint, EC2
+  // instance metadata.
+  c.no_credentials_hint = absl::StrCat(
+      "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN, or "
+      "profile \"", profile, "\" in ", credentials_file, " or ", config_file,
+      "; or run where the container credentials endpoint or EC2 instance metadata serves them");
+  std::string token_file = Env(env, "AWS_WEB_IDENTITY_TOKEN_FILE");
+  std::string role_arn = Env(env, "AWS_ROLE_ARN");
+  std::string session_name = Env(env, "AWS_ROLE_SESSION_NAME");
+  if (token_file.empty() && role_arn.empty()) {
+    token_file = profile_value("web_identity_token_file");
+    role_arn = profile_value("role_arn");
+    if (session_name.empty()) session_name = profile_value("role_session_name");
+  }
   if (options.credentials.has_value()) {
     c.credentials = *options.credentials;
   } else if (!Env(env, "AWS_ACCESS_KEY_ID").empty()) {
     c.credentials.access_key_id = Env(env, "AWS_ACCESS_KEY_ID");
     c.credentials.secret_access_key = Env(env, "AWS_SECRET_ACCESS_KEY");
     c.credentials.session_token = Env(env, "AWS_SESSION_TOKEN");
+  } else if (!token_file.empty() && !role_arn.empty()) {
+    std::string sts = Env(env, "AWS_ENDPOINT_URL_STS");
+    if (sts.empty()) sts = Env(env, "AWS_ENDPOINT_URL");
+    if (sts.empty()) sts = absl::StrCat("https://sts.", c.region, ".amazonaws.com");
+    while (absl::EndsWith(sts, "/")) sts.pop_back();
+    if (session_name.empty()) session_name = absl::StrCat("ckpt-", getpid());
+    c.fetch_credentials = WebIdentityCredentials(sts, role_arn, session_name, token_file);
+    c.credentials_source = absl::StrCat("web identity (", token_file, " for ", role_arn, " at ", sts, ")");
   } else {
     c.credentials.access_key_id = profile_value("aws_access_key_id");
     c.credentials.secret_access_key = profile_value("aws_secret_access_key");
@@ -125,17 +156,26 @@ absl::StatusOr<ResolvedConfig> ResolveConfig(const ObjectStoreOptions& options,
       c.credentials = *got;
     }
   }
-  if (c.credentials.access_key_id.empty() || c.credentials.secret_access_key.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or profile \"",
-        profile, "\" in ", credentials_file, " or ", config_file));
+  const bool keys = !c.credentials.access_key_id.empty() && !c.credentials.secret_access_key.empty();
+  if (!keys && !c.fetch_credentials) {
+    const std::string full = Env(env, "AWS_CONTAINER_CREDENTIALS_FULL_URI");
+    const std::string relative = Env(env, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+    const std::string imds_off = absl::AsciiStrToLower(Env(env, "AWS_EC2_METADATA_DISABLED"));
+    if (!full.empty() || !relative.empty()) {
+      const std::string url = !full.empty() ? full : absl::StrCat("http://169.254.170.2", relative);
+      c.fetch_credentials = ContainerCredentials(url, Env(env, "AWS_CONTAINER_AUTHORIZATION_TOKEN"),
+                                                 Env(env, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"));
+      c.credentials_source = absl::StrCat("the container credentials endpoint ", url);
+    } else if (imds_off != "true") {
+      std::string imds = Env(env, "AWS_EC2_METADATA_SERVICE_ENDPOINT");
+      if (imds.empty()) imds = "http://169.254.169.254";
+      c.fetch_credentials = InstanceMetadataCredentials(imds);
+      c.credentials_source = absl::StrCat("EC2 instance metadata at ", imds);
+    }
   }
-
-  c.region = options.region;
-  if (c.region.empty()) c.region = Env(env, "AWS_REGION");
-  if (c.region.empty()) c.region = Env(env, "AWS_DEFAULT_REGION");
-  if (c.region.empty()) c.region = Lookup(config_ini, config_section, "region");
-  if (c.region.empty()) c.region = "us-east-1";
+  if (!keys && !c.fetch_credentials) {
+    return absl::FailedPreconditionError(absl::StrCat("no S3 credentials: ", c.no_credentials_hint));
+  }
 
   c.endpoint = options.endpoint;
   if (c.endpoint.empty()) c.endpoint = Env(env, "AWS_ENDPOINT_URL_S3");

@@ -10,11 +10,20 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "ckpt/object_store.h"
+#include "object/credential_providers.h"
 
 namespace ckpt::internal {
 
 struct ResolvedConfig {
+  // Set unless `fetch_credentials` is: the keys configured.
   ObjectCredentials credentials;
+  // Where no key is configured: what fetches temporary credentials (web
+  // identity, the container endpoint, instance metadata; credential_providers.h),
+  // which the store calls when it opens and again before they expire, and
+  // what to say of all the places looked when that fails.
+  CredentialsFetcher fetch_credentials;
+  std::string credentials_source;
+  std::string no_credentials_hint;
   std::string region;
   std::string endpoint;  // scheme://host[:port], no trailing '/'
   bool path_style = false;
@@ -28,7 +37,9 @@ using EnvLookup = std::function<const char*(const char*)>;
 // file: empty.
 std::map<std::string, std::map<std::string, std::string>> ParseIniFile(absl::string_view text);
 
-// kFailedPrecondition (saying where it looked) when no credentials exist.
+// kFailedPrecondition (saying where it looked) when no credentials exist:
+// none configured and no service to fetch them from (instance metadata is
+// one unless AWS_EC2_METADATA_DISABLED=true).
 absl::StatusOr<ResolvedConfig> ResolveConfig(const ObjectStoreOptions& options,
                                              const EnvLookup& env);
 

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <cstdlib>
 #include <thread>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "object/crc32c.h"
 #include "object/s3_xml.h"
@@ -313,12 +315,14 @@ class S3ObjectStore final : public ObjectStore {
       SigningInput signing{call.method, host_, path, call.query, call.headers, payload};
       signing.headers.emplace_back("x-amz-date", date);
       signing.headers.emplace_back("x-amz-content-sha256", payload);
-      if (!config_.credentials.session_token.empty()) {
-        signing.headers.emplace_back("x-amz-security-token", config_.credentials.session_token);
+      absl::StatusOr<ObjectCredentials> credentials = Credentials();
+      if (!credentials.ok()) return credentials.status();
+      if (!credentials->session_token.empty()) {
+        signing.headers.emplace_back("x-amz-security-token", credentials->session_token);
       }
       request.headers = signing.headers;
       request.headers.emplace_back("authorization",
-                                   SignV4(signing, config_.credentials, config_.region, "s3", date));
+                                   SignV4(signing, *credentials, config_.region, "s3", date));
       auto response = transport_->Send(request);
       if (!response.ok()) {
         last = absl::UnavailableError(absl::StrCat(Where(op, call.key), ": ",
@@ -405,8 +409,39 @@ class S3ObjectStore final : public ObjectStore {
     std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
   }
 
+  // The credentials to sign with: the configured keys, or fetched ones
+  // (`ResolvedConfig::fetch_credentials`), fetched again once less than
+  // kRefreshAhead of their life is left. A failed refresh keeps the old ones
+  // while they last.
+  absl::StatusOr<ObjectCredentials> Credentials() {
+    if (!config_.fetch_credentials) return config_.credentials;
+    absl::MutexLock lock(&credentials_mu_);
+    const absl::Time now = absl::Now();
+    if (fetched_.has_value() && (!fetched_->expires.has_value() || *fetched_->expires - now > kRefreshAhead)) {
+      return fetched_->credentials;
+    }
+    auto fresh = config_.fetch_credentials(*transport_);
+    if (fresh.ok()) {
+      fetched_ = std::move(*fresh);
+      return fetched_->credentials;
+    }
+    if (fetched_.has_value() && *fetched_->expires > now) {
+      Log(LogLevel::kWarning, absl::StrCat("S3 credentials from ", config_.credentials_source,
+                                           " could not be refreshed (", fresh.status().message(),
+                                           "); using the current ones until they expire"));
+      return fetched_->credentials;
+    }
+    return absl::FailedPreconditionError(absl::StrCat("no S3 credentials: ", config_.credentials_source,
+                                                      " gave none: ", fresh.status().message(), " (or ",
+                                                      config_.no_credentials_hint, ")"));
+  }
+
+  static constexpr absl::Duration kRefreshAhead = absl::Minutes(5);
+
   const std::string bucket_;
   const ResolvedConfig config_;
+  absl::Mutex credentials_mu_;
+  std::optional<FetchedCredentials> fetched_;  // GUARDED_BY(credentials_mu_)
   const ObjectStoreOptions options_;
   std::shared_ptr<HttpTransport> transport_;
   std::string scheme_, host_;
@@ -476,6 +511,8 @@ absl::StatusOr<std::shared_ptr<ObjectStore>> OpenObjectStore(absl::string_view u
   if (!parsed.ok()) return parsed.status();
   auto config = internal::ResolveConfig(options, [](const char* name) { return getenv(name); });
   if (!config.ok()) return config.status();
+  // Credentials to fetch (ResolvedConfig::fetch_credentials) are fetched by
+  // the first request, not here: opening a store costs no round trip.
   return internal::NewS3ObjectStore(parsed->bucket, std::move(*config), options);
 }
 
