@@ -342,6 +342,64 @@ class S3StoreTest : public ::testing::Test {
 // A store whose credentials come from instance metadata signs with them
 // (their session token on every request), fetches them once while they last,
 // and again when less than five minutes of them are left.
+// AWS in another region than the client signs for: 301 PermanentRedirect
+// naming the bucket's region (x-amz-bucket-region). The store moves to that
+// region's endpoint and signs for it; a custom endpoint never moves.
+class RegionalAws final : public HttpTransport {
+ public:
+  absl::StatusOr<HttpResponse> Send(const HttpRequest& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    urls_.push_back(r.url);
+    for (const auto& [k, v] : r.headers) {
+      if (k == "authorization") auth_.push_back(v);
+    }
+    HttpResponse out;
+    if (absl::StrContains(r.url, ".eu-west-1.amazonaws.com/")) {
+      out.status = 200;
+      out.body = "payload";
+    } else {
+      out.status = 301;
+      out.headers["x-amz-bucket-region"] = "eu-west-1";
+      out.body = "<Error><Code>PermanentRedirect</Code><Message>use the bucket's endpoint</Message></Error>";
+    }
+    return out;
+  }
+  std::mutex mu_;
+  std::vector<std::string> urls_, auth_;
+};
+
+TEST(S3StoreRegionTest, ABucketInAnotherRegionIsFollowedThere) {
+  auto aws = std::make_shared<RegionalAws>();
+  ObjectStoreOptions options;
+  options.credentials = ObjectCredentials{"AK", "SK", ""};
+  options.transport = aws;
+  options.initial_backoff_ms = 1;
+  std::map<std::string, std::string> env = {{"HOME", "/nonexistent"}};
+  auto lookup = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  auto config = internal::ResolveConfig(options, lookup);
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::shared_ptr<ObjectStore> store = internal::NewS3ObjectStore("ckpt-bucket", *config, options);
+  auto got = store->Get("k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "payload");
+  ASSERT_EQ(aws->urls_.size(), 2u);
+  EXPECT_EQ(aws->urls_[0], "https://ckpt-bucket.s3.us-east-1.amazonaws.com/k");
+  EXPECT_EQ(aws->urls_[1], "https://ckpt-bucket.s3.eu-west-1.amazonaws.com/k");
+  EXPECT_TRUE(absl::StrContains(aws->auth_[1], "/eu-west-1/s3/aws4_request")) << aws->auth_[1];
+  ASSERT_TRUE(store->Get("k2").ok());  // and stays there
+  EXPECT_EQ(aws->urls_.size(), 3u);
+  // A custom endpoint (MinIO, moto) is taken as given: the 301 is an error.
+  env["AWS_ENDPOINT_URL"] = "https://minio.example";
+  options.max_attempts = 2;
+  store = internal::NewS3ObjectStore("ckpt-bucket", *internal::ResolveConfig(options, lookup), options);
+  auto refused = store->Get("k");
+  EXPECT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "PermanentRedirect")) << refused.status();
+}
+
 TEST(S3StoreCredentialsTest, FetchedCredentialsAreUsedAndRefreshedBeforeTheyExpire) {
   ObjectStoreOptions options = ckpt::testing::SharedMotoServer().Options();
   options.credentials.reset();

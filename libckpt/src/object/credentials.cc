@@ -189,6 +189,7 @@ absl::StatusOr<ResolvedConfig> ResolveConfig(const ObjectStoreOptions& options,
         absl::StrCat("S3 endpoint \"", c.endpoint, "\" must start with http:// or https://"));
   }
   c.path_style = options.path_style.value_or(custom);
+  c.aws_endpoint = !custom;
 
   c.ca_bundle = options.ca_bundle;
   if (c.ca_bundle.empty()) c.ca_bundle = Env(env, "AWS_CA_BUNDLE");

@@ -26,6 +26,7 @@ struct ResolvedConfig {
   std::string no_credentials_hint;
   std::string region;
   std::string endpoint;  // scheme://host[:port], no trailing '/'
+  bool aws_endpoint = false;  // AWS's own, chosen by region (no endpoint was set)
   bool path_style = false;
   std::string ca_bundle;
 };

@@ -54,7 +54,25 @@ class S3ObjectStore final : public ObjectStore {
     transport_ = options.transport != nullptr ? options.transport
                                               : CurlHttpTransport(config_.ca_bundle);
     scheme_ = config_.endpoint.substr(0, config_.endpoint.find("://"));
+    region_ = config_.region;
     host_ = HostOf(config_.endpoint);
+    if (!config_.path_style) host_ = absl::StrCat(bucket_, ".", host_);
+  }
+
+  // The region requests are signed for and the host they go to.
+  std::pair<std::string, std::string> RegionAndHost() {
+    absl::MutexLock lock(&where_mu_);
+    return {region_, host_};
+  }
+
+  // After AWS said the bucket is in `region`: its regional endpoint.
+  void MoveToRegion(const std::string& region) {
+    absl::MutexLock lock(&where_mu_);
+    if (region_ == region) return;
+    Log(LogLevel::kInfo, absl::StrCat("s3://", bucket_, " is in ", region, ", not ", region_,
+                                      ": using https://s3.", region, ".amazonaws.com (set AWS_REGION to skip this)"));
+    region_ = region;
+    host_ = absl::StrCat("s3.", region, ".amazonaws.com");
     if (!config_.path_style) host_ = absl::StrCat(bucket_, ".", host_);
   }
 
@@ -296,7 +314,6 @@ class S3ObjectStore final : public ObjectStore {
     const std::string query = CanonicalQueryString(call.query);
     HttpRequest request;
     request.method = call.method;
-    request.url = absl::StrCat(scheme_, "://", host_, path, query.empty() ? "" : "?", query);
     request.body = call.body;
     request.sink = call.sink;
     request.low_speed_bytes = options_.low_speed_bytes;
@@ -312,7 +329,9 @@ class S3ObjectStore final : public ObjectStore {
                                                  : static_cast<int64_t>(time(nullptr))) +
                           skew_seconds_.load();
       const std::string date = AmzDate(now);
-      SigningInput signing{call.method, host_, path, call.query, call.headers, payload};
+      const auto [region, host] = RegionAndHost();
+      request.url = absl::StrCat(scheme_, "://", host, path, query.empty() ? "" : "?", query);
+      SigningInput signing{call.method, host, path, call.query, call.headers, payload};
       signing.headers.emplace_back("x-amz-date", date);
       signing.headers.emplace_back("x-amz-content-sha256", payload);
       absl::StatusOr<ObjectCredentials> credentials = Credentials();
@@ -322,7 +341,7 @@ class S3ObjectStore final : public ObjectStore {
       }
       request.headers = signing.headers;
       request.headers.emplace_back("authorization",
-                                   SignV4(signing, *credentials, config_.region, "s3", date));
+                                   SignV4(signing, *credentials, region, "s3", date));
       auto response = transport_->Send(request);
       if (!response.ok()) {
         last = absl::UnavailableError(absl::StrCat(Where(op, call.key), ": ",
@@ -360,6 +379,16 @@ class S3ObjectStore final : public ObjectStore {
           last = absl::UnavailableError(absl::StrCat(Where(op, call.key), ": RequestTimeTooSkewed"));
           continue;
         }
+      }
+      // The bucket lives in another region than we signed for (AWS answers
+      // 301 PermanentRedirect, or 400 AuthorizationHeaderMalformed, saying
+      // which): sign for it, at its regional endpoint, from now on.
+      const std::string bucket_region = response->headers["x-amz-bucket-region"];
+      if (config_.aws_endpoint && !bucket_region.empty() && bucket_region != region &&
+          (response->status == 301 || response->status == 307 || response->status == 400)) {
+        MoveToRegion(bucket_region);
+        last = absl::UnavailableError(absl::StrCat(Where(op, call.key), ": the bucket is in ", bucket_region));
+        continue;
       }
       const int status = response->status >= 200 && response->status < 300 ? 500 : response->status;
       last = absl::Status(
@@ -444,7 +473,9 @@ class S3ObjectStore final : public ObjectStore {
   std::optional<FetchedCredentials> fetched_;  // GUARDED_BY(credentials_mu_)
   const ObjectStoreOptions options_;
   std::shared_ptr<HttpTransport> transport_;
-  std::string scheme_, host_;
+  std::string scheme_;
+  absl::Mutex where_mu_;
+  std::string region_, host_;  // GUARDED_BY(where_mu_)
   absl::Mutex rng_mu_;
   absl::BitGen rng_;  // GUARDED_BY(rng_mu_)
   std::atomic<int64_t> skew_seconds_{0};  // server clock minus ours
