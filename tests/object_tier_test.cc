@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
 #include "ckpt/object_store.h"
@@ -421,6 +422,20 @@ TEST_F(ObjectTierTest, RanksPublishTheirPartsAndOneCommitWritesTheMarker) {
       EXPECT_TRUE(testing::SameBytes(a->data(), b->data(), a->nbytes())) << "rank " << r << " " << t.name;
     }
   }
+}
+
+// A lease held longer than its duration is renewed, so no other job takes
+// it over while its holder lives; released, it is free at once.
+TEST_F(ObjectTierTest, AHeldLeaseIsRenewedPastItsDuration) {
+  auto held = ObjectLease::Acquire(store_, "runs/a", "long job", absl::Milliseconds(1500));
+  ASSERT_TRUE(held.ok()) << held.status();
+  absl::SleepFor(absl::Milliseconds(2600));  // past its first expiry
+  auto other = ObjectLease::Acquire(store_, "runs/a", "job two", absl::Minutes(1));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kUnavailable) << other.status();
+  EXPECT_GE((*held)->renewals(), 2);
+  held->reset();
+  auto after = ObjectLease::Acquire(store_, "runs/a", "job three", absl::Minutes(1));
+  EXPECT_TRUE(after.ok()) << after.status();
 }
 
 TEST_F(ObjectTierTest, LeaseAdmitsOneJobAndIsTakenOverWhenExpired) {

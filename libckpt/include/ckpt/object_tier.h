@@ -156,7 +156,10 @@ absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(
 // One job at a time per prefix, as flock does for a directory: the lease is
 // the object `P/.ckpt-retain.lease`, created with `If-None-Match: *` and
 // holding who took it and until when. A lease past its expiry is taken over
-// (a job that died). Deleted when this object is destroyed.
+// (a job that died). While held it is renewed (a thread rewrites it with
+// `duration` more every `duration` / 3, as long as it is still ours), so a
+// job longer than `duration` keeps it; a live job's lease never expires.
+// Deleted when this object is destroyed.
 class ObjectLease {
  public:
   // kUnavailable naming the holder and its expiry while another job holds it.
@@ -166,13 +169,15 @@ class ObjectLease {
                                                               absl::Duration duration);
   ~ObjectLease();
   const std::string& key() const { return key_; }
+  // How many times it was renewed so far.
+  int renewals() const;
 
  private:
-  ObjectLease(std::shared_ptr<ObjectStore> store, std::string key, std::string body)
-      : store_(std::move(store)), key_(std::move(key)), body_(std::move(body)) {}
+  class Renewer;
+  ObjectLease(std::shared_ptr<ObjectStore> store, std::string key, std::string body, absl::Duration duration);
   std::shared_ptr<ObjectStore> store_;
   std::string key_;
-  std::string body_;
+  std::unique_ptr<Renewer> renewer_;  // owns the current body
 };
 
 }  // namespace ckpt

@@ -1,14 +1,17 @@
 // ObjectLease and ReclaimObjectOrphans (ckpt/object_tier.h).
 #include <map>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "ckpt/object_tier.h"
 #include "format/names.h"
@@ -25,7 +28,89 @@ std::string LeaseKey(absl::string_view prefix) {
   return prefix.empty() ? std::string(".ckpt-retain.lease") : absl::StrCat(prefix, "/.ckpt-retain.lease");
 }
 
+std::string LeaseBody(absl::string_view owner, const std::string& nonce, absl::Time expires) {
+  nlohmann::ordered_json j;
+  j["owner"] = std::string(owner);
+  j["nonce"] = nonce;
+  j["expires_unix_ns"] = absl::ToUnixNanos(expires);
+  return j.dump();
+}
+
 }  // namespace
+
+// Renews the lease every duration / 3 while it is ours, on a thread of its own.
+class ObjectLease::Renewer {
+ public:
+  Renewer(ObjectStore* store, std::string key, std::string body, absl::Duration duration)
+      : store_(store), key_(std::move(key)), body_(std::move(body)), duration_(duration) {
+    if (duration_ > absl::ZeroDuration()) thread_ = std::thread([this] { Run(); });
+  }
+  ~Renewer() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  std::string body() const {
+    absl::MutexLock lock(&mu_);
+    return body_;
+  }
+  int renewals() const {
+    absl::MutexLock lock(&mu_);
+    return renewals_;
+  }
+
+ private:
+  void Run() {
+    const nlohmann::json parsed = nlohmann::json::parse(body(), nullptr, false);
+    const std::string owner = parsed.value("owner", std::string());
+    const std::string nonce = parsed.value("nonce", std::string());
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_; };
+        if (mu_.AwaitWithTimeout(absl::Condition(&stopping), duration_ / 3)) return;
+      }
+      // Still ours? (Read first: a lease taken over after it expired -- this
+      // process stalled past it -- is not rewritten.)
+      const std::string mine = body();
+      auto held = store_->Get(key_);
+      if (!held.ok() || *held != mine) {
+        Log(LogLevel::kWarning, absl::StrCat("lease s3://", store_->bucket(), "/", key_, " is not ours any more (",
+                                             held.ok() ? "another job holds it" : held.status().message(),
+                                             "); not renewing it"));
+        return;
+      }
+      const std::string next = LeaseBody(owner, nonce, absl::Now() + duration_);
+      auto put = store_->Put(key_, next, {false, {}});
+      if (!put.ok()) {
+        Log(LogLevel::kWarning, absl::StrCat("renewing lease s3://", store_->bucket(), "/", key_, ": ",
+                                             put.status().message(), " (trying again later)"));
+        continue;
+      }
+      absl::MutexLock lock(&mu_);
+      body_ = next;
+      ++renewals_;
+    }
+  }
+
+  ObjectStore* const store_;
+  const std::string key_;
+  mutable absl::Mutex mu_;
+  std::string body_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int renewals_ ABSL_GUARDED_BY(mu_) = 0;
+  const absl::Duration duration_;
+  std::thread thread_;
+};
+
+ObjectLease::ObjectLease(std::shared_ptr<ObjectStore> store, std::string key, std::string body,
+                         absl::Duration duration)
+    : store_(std::move(store)), key_(std::move(key)),
+      renewer_(std::make_unique<Renewer>(store_.get(), key_, std::move(body), duration)) {}
+
+int ObjectLease::renewals() const { return renewer_->renewals(); }
 
 absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_ptr<ObjectStore> store,
                                                                   absl::string_view prefix,
@@ -33,14 +118,11 @@ absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_pt
                                                                   absl::Duration duration) {
   const std::string key = LeaseKey(prefix);
   absl::BitGen gen;
-  nlohmann::ordered_json j;
-  j["owner"] = std::string(owner);
-  j["nonce"] = absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
-  j["expires_unix_ns"] = absl::ToUnixNanos(absl::Now() + duration);
-  const std::string body = j.dump();
+  const std::string body =
+      LeaseBody(owner, absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen)), absl::Now() + duration);
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto put = store->Put(key, body, {true, {}});
-    if (put.ok()) return std::unique_ptr<ObjectLease>(new ObjectLease(store, key, body));
+    if (put.ok()) return std::unique_ptr<ObjectLease>(new ObjectLease(store, key, body, duration));
     if (!absl::IsAlreadyExists(put.status())) return put.status();
     auto held = store->Get(key);
     if (!held.ok()) {
@@ -48,7 +130,7 @@ absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_pt
       return held.status();
     }
     // Our own write, its response lost and the retry refused.
-    if (*held == body) return std::unique_ptr<ObjectLease>(new ObjectLease(store, key, body));
+    if (*held == body) return std::unique_ptr<ObjectLease>(new ObjectLease(store, key, body, duration));
     nlohmann::json h = nlohmann::json::parse(*held, nullptr, false);
     const std::string holder = h.is_object() ? h.value("owner", "?") : "?";
     const int64_t expires = h.is_object() ? h.value("expires_unix_ns", int64_t{0}) : 0;
@@ -67,13 +149,15 @@ absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_pt
 }
 
 ObjectLease::~ObjectLease() {
+  const std::string body = renewer_->body();
+  renewer_.reset();  // no renewal from here on
   // Only our own lease is removed (one taken over after it expired is not).
   // (Read twice before giving up: a body damaged on the way must not leave
   // our lease behind for its whole duration.)
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto held = store_->Get(key_);
     if (!held.ok() && absl::IsNotFound(held.status())) return;
-    if (held.ok() && *held == body_) {
+    if (held.ok() && *held == body) {
       absl::Status s = store_->Delete(key_);
       if (!s.ok()) Log(LogLevel::kWarning, absl::StrCat("releasing lease: ", s.message()));
       return;
