@@ -42,32 +42,6 @@ void RemoveCheckpointOp(std::string root, int64_t step) {
   ThrowIfError(RemoveCheckpoint(root, step), absl::StrCat("ckpt: remove step ", step, " of ", root, ": "));
 }
 
-// Publishes committed step `step` of `root` to the bucket prefix `url`
-// (ckpt/object_tier.h), holding the prefix's lease meanwhile: what
-// `Checkpointer(root, tier=url)` runs behind the saves. Returns the files and
-// bytes sent and whether the step was already there.
-std::tuple<int64_t, int64_t, bool> PublishCheckpointOp(std::string root, int64_t step, std::string url,
-                                                       int64_t streams, int64_t part_bytes,
-                                                       int64_t max_send_bytes_per_second) {
-  const std::string what = absl::StrCat("ckpt: upload of step ", step, " to ", url, ": ");
-  auto parsed = ParseObjectUrl(url);
-  ThrowIfError(parsed.status(), what);
-  ObjectStoreOptions options;
-  options.max_send_bytes_per_second = max_send_bytes_per_second;
-  auto store = OpenObjectStore(url, options);
-  ThrowIfError(store.status(), what);
-  auto lease = ObjectLease::Acquire(*store, parsed->prefix,
-                                    absl::StrCat("ckpt Checkpointer pid ", getpid(), " for ", root),
-                                    absl::Hours(1));
-  ThrowIfError(lease.status(), what);
-  PublishOptions publish;
-  publish.streams = static_cast<int>(streams);
-  publish.part_bytes = static_cast<uint64_t>(part_bytes);
-  auto stats = PublishCheckpoint(root, step, **store, parsed->prefix, publish);
-  ThrowIfError(stats.status(), what);
-  return {static_cast<int64_t>(stats->files), static_cast<int64_t>(stats->bytes), stats->already_there};
-}
-
 // The bucket and prefix of `url`, and a store for it.
 struct OpenedUrl {
   ObjectUrl url;
@@ -88,6 +62,24 @@ PublishOptions Publishing(int64_t streams, int64_t part_bytes) {
   publish.streams = static_cast<int>(streams);
   publish.part_bytes = static_cast<uint64_t>(part_bytes);
   return publish;
+}
+
+// Publishes committed step `step` of `root` to the bucket prefix `url`
+// (ckpt/object_tier.h), holding the prefix's lease meanwhile: what
+// `Checkpointer(root, tier=url)` runs behind the saves. Returns the files and
+// bytes sent and whether the step was already there.
+std::tuple<int64_t, int64_t, bool> PublishCheckpointOp(std::string root, int64_t step, std::string url,
+                                                       int64_t streams, int64_t part_bytes,
+                                                       int64_t max_send_bytes_per_second) {
+  const std::string what = absl::StrCat("ckpt: upload of step ", step, " to ", url, ": ");
+  OpenedUrl opened = OpenUrl(url, max_send_bytes_per_second, what);
+  auto lease = ObjectLease::Acquire(opened.store, opened.url.prefix,
+                                    absl::StrCat("ckpt Checkpointer pid ", getpid(), " for ", root),
+                                    absl::Hours(1));
+  ThrowIfError(lease.status(), what);
+  auto stats = PublishCheckpoint(root, step, *opened.store, opened.url.prefix, Publishing(streams, part_bytes));
+  ThrowIfError(stats.status(), what);
+  return {static_cast<int64_t>(stats->files), static_cast<int64_t>(stats->bytes), stats->already_there};
 }
 
 // Rank `part`'s files of multi-rank step `step` (PublishOptions::part), as
