@@ -57,7 +57,7 @@ class _GroupPublish:
 
     def _get(self, key, patience=_GROUP_PATIENCE_S):
         """The value of `key`, waited for in 1 s slices (so that close(cancel)
-        ends the wait); None after `patience`."""
+        ends the wait, raising); None after `patience`."""
         deadline = time.monotonic() + patience
         while True:
             code, value = torch.ops.ckpt._store_op(self.tier.group.boxed(), "get", f"{self.base}/{key}", "",
@@ -67,7 +67,10 @@ class _GroupPublish:
             if code != "DEADLINE_EXCEEDED":
                 raise CheckpointError(f"ckpt: upload of step {self.step}: the process group's store: "
                                       f"{code}: {value}")
-            if time.monotonic() >= deadline or self.tier.stopping:
+            if self.tier.stopping:
+                raise CheckpointError(f"ckpt: upload of step {self.step}: the Checkpointer was closed "
+                                      "with cancel=True while the ranks waited for one another")
+            if time.monotonic() >= deadline:
                 return None
 
     def _part(self):
@@ -97,9 +100,8 @@ class _GroupPublish:
                 with translate():
                     n, _, already = torch.ops.ckpt.commit_published_parts(
                         self.tier.root, self.step, self.tier.url, json.dumps(files), *self.tier.args)
-                return {"ok": True, "files": len(files) + n, "already_there": already and all(r["already_there"]
-                                                                                  for r in reports),
-                        "bytes": sum(r["bytes"] for r in reports)}
+                return {"ok": True, "files": len(files) + n, "bytes": sum(r["bytes"] for r in reports),
+                        "already_there": already and all(r["already_there"] for r in reports)}
             except Exception as e:
                 error = e
                 time.sleep(0.5 * (attempt + 1))
