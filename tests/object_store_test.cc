@@ -1,6 +1,8 @@
 // The S3 client: SigV4 against AWS's published examples, CRC32C, XML,
 // configuration, and every ObjectStore call against moto's S3 server.
 #include <chrono>
+#include <condition_variable>
+#include <thread>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -18,6 +20,7 @@
 #include "moto_server.h"
 #include "object/crc32c.h"
 #include "object/credentials.h"
+#include "object/request_window.h"
 #include "object/s3_object_store.h"
 #include "object/s3_xml.h"
 #include "object/sigv4.h"
@@ -367,6 +370,92 @@ class RegionalAws final : public HttpTransport {
   std::mutex mu_;
   std::vector<std::string> urls_, auth_;
 };
+
+TEST(RequestWindowTest, HalvesOncePerWindowOnThrottlingAndWidensByOnePerWindow) {
+  internal::RequestWindow w(64);
+  std::vector<internal::RequestWindow::Slot> slots(8);
+  for (auto& slot : slots) ASSERT_TRUE(w.TryAcquire(&slot));  // not binding before any throttling
+  for (const auto& slot : slots) w.Release(slot, /*throttled=*/true);
+  EXPECT_EQ(w.halvings(), 1u);  // 8 throttled answers of one flight: one halving
+  EXPECT_EQ(w.window(), 4.0);   // half of the 8 in flight, not of 64
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(w.TryAcquire(&slots[i]));
+  internal::RequestWindow::Slot extra;
+  EXPECT_FALSE(w.TryAcquire(&extra));
+  for (int i = 0; i < 4; ++i) w.Release(slots[i], false);  // +1/window each: about one per window
+  EXPECT_NEAR(w.window(), 4.92, 0.01);
+  ASSERT_TRUE(w.TryAcquire(&extra));
+  w.Release(extra, false);
+  EXPECT_GT(w.window(), 5.0);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(w.TryAcquire(&slots[i]));
+  EXPECT_FALSE(w.TryAcquire(&extra));
+  w.Release(slots[0], true);  // a new flight throttled: half of the 5 in flight
+  EXPECT_EQ(w.halvings(), 2u);
+  EXPECT_DOUBLE_EQ(w.window(), 2.5);
+  for (int i = 1; i < 5; ++i) w.Release(slots[i], true);  // same flight: no more halving
+  EXPECT_EQ(w.halvings(), 2u);
+  for (int i = 0; i < 40; ++i) {  // never below 1
+    internal::RequestWindow::Slot one = w.Acquire();
+    w.Release(one, true);
+  }
+  EXPECT_GE(w.window(), 1.0);
+  internal::RequestWindow::Slot one;
+  EXPECT_TRUE(w.TryAcquire(&one));
+}
+
+// A store that throttles (503 SlowDown to a burst of 8 concurrent requests)
+// gets at most half as many at once afterwards, and every request still
+// completes.
+class ThrottlingStore final : public HttpTransport {
+ public:
+  absl::StatusOr<HttpResponse> Send(const HttpRequest&) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    HttpResponse out;
+    if (storm_left_ > 0) {
+      --storm_left_;
+      ++arrived_;
+      cv_.notify_all();
+      cv_.wait_for(lock, std::chrono::seconds(10), [&] { return arrived_ >= 8; });
+      out.status = 503;
+      out.body = "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+      return out;
+    }
+    ++in_flight_;
+    max_in_flight_ = std::max(max_in_flight_, in_flight_);
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    lock.lock();
+    --in_flight_;
+    out.status = 200;
+    out.headers["etag"] = "\"e\"";
+    return out;
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int storm_left_ = 8, arrived_ = 0, in_flight_ = 0, max_in_flight_ = 0;
+};
+
+TEST(S3StoreThrottlingTest, ASlowDownBurstHalvesTheRequestsInFlight) {
+  auto store_side = std::make_shared<ThrottlingStore>();
+  ObjectStoreOptions options;
+  options.credentials = ObjectCredentials{"AK", "SK", ""};
+  options.endpoint = "http://127.0.0.1:1";
+  options.transport = store_side;
+  options.initial_backoff_ms = 1;
+  options.max_backoff_ms = 2;
+  auto config = internal::ResolveConfig(options, [](const char*) -> const char* { return nullptr; });
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::shared_ptr<ObjectStore> store = internal::NewS3ObjectStore("b", *config, options);
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> put(8);
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] { put[i] = store->Put(absl::StrCat("k", i), "v", {false, {}}).status(); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : put) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(store_side->arrived_, 8);
+  EXPECT_GE(store_side->max_in_flight_, 1);
+  EXPECT_LE(store_side->max_in_flight_, 5);  // 4 after the halving, widening by 1/4 per answer
+}
 
 TEST(S3StoreRegionTest, ABucketInAnotherRegionIsFollowedThere) {
   auto aws = std::make_shared<RegionalAws>();

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "object/crc32c.h"
+#include "object/request_window.h"
 #include "object/s3_xml.h"
 #include "object/sigv4.h"
 #include "util/log.h"
@@ -342,7 +343,10 @@ class S3ObjectStore final : public ObjectStore {
       request.headers = signing.headers;
       request.headers.emplace_back("authorization",
                                    SignV4(signing, *credentials, region, "s3", date));
+      const RequestWindow::Slot slot = window_.Acquire();
       auto response = transport_->Send(request);
+      window_.Release(slot, response.ok() && (response->status == 503 || response->status == 429 ||
+                                              absl::StrContains(response->body.substr(0, 512), "<Code>SlowDown<")));
       if (!response.ok()) {
         last = absl::UnavailableError(absl::StrCat(Where(op, call.key), ": ",
                                                    response.status().message()));
@@ -466,6 +470,9 @@ class S3ObjectStore final : public ObjectStore {
   }
 
   static constexpr absl::Duration kRefreshAhead = absl::Minutes(5);
+  // More than any caller sends at once (upload streams, restore threads):
+  // the window only binds once the store throttled.
+  static constexpr int kMaxRequestsInFlight = 64;
 
   const std::string bucket_;
   const ResolvedConfig config_;
@@ -474,6 +481,8 @@ class S3ObjectStore final : public ObjectStore {
   const ObjectStoreOptions options_;
   std::shared_ptr<HttpTransport> transport_;
   std::string scheme_;
+  // Requests in flight, fewer while the store throttles (request_window.h).
+  RequestWindow window_{kMaxRequestsInFlight};
   absl::Mutex where_mu_;
   std::string region_, host_;  // GUARDED_BY(where_mu_)
   absl::Mutex rng_mu_;
