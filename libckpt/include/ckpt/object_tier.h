@@ -174,7 +174,8 @@ class ObjectLease {
 
  private:
   class Renewer;
-  ObjectLease(std::shared_ptr<ObjectStore> store, std::string key, std::string body, absl::Duration duration);
+  ObjectLease(std::shared_ptr<ObjectStore> store, std::string key, std::string owner, std::string nonce,
+              std::string body, absl::Duration duration);
   std::shared_ptr<ObjectStore> store_;
   std::string key_;
   std::unique_ptr<Renewer> renewer_;  // owns the current body

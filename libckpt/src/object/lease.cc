@@ -41,8 +41,14 @@ std::string LeaseBody(absl::string_view owner, const std::string& nonce, absl::T
 // Renews the lease every duration / 3 while it is ours, on a thread of its own.
 class ObjectLease::Renewer {
  public:
-  Renewer(ObjectStore* store, std::string key, std::string body, absl::Duration duration)
-      : store_(store), key_(std::move(key)), body_(std::move(body)), duration_(duration) {
+  Renewer(ObjectStore* store, std::string key, std::string owner, std::string nonce, std::string body,
+          absl::Duration duration)
+      : store_(store),
+        key_(std::move(key)),
+        owner_(std::move(owner)),
+        nonce_(std::move(nonce)),
+        body_(std::move(body)),
+        duration_(duration) {
     if (duration_ > absl::ZeroDuration()) thread_ = std::thread([this] { Run(); });
   }
   ~Renewer() {
@@ -63,9 +69,6 @@ class ObjectLease::Renewer {
 
  private:
   void Run() {
-    const nlohmann::json parsed = nlohmann::json::parse(body(), nullptr, false);
-    const std::string owner = parsed.value("owner", std::string());
-    const std::string nonce = parsed.value("nonce", std::string());
     while (true) {
       {
         absl::MutexLock lock(&mu_);
@@ -82,7 +85,7 @@ class ObjectLease::Renewer {
                                              "); not renewing it"));
         return;
       }
-      const std::string next = LeaseBody(owner, nonce, absl::Now() + duration_);
+      const std::string next = LeaseBody(owner_, nonce_, absl::Now() + duration_);
       auto put = store_->Put(key_, next, {false, {}});
       if (!put.ok()) {
         Log(LogLevel::kWarning, absl::StrCat("renewing lease s3://", store_->bucket(), "/", key_, ": ",
@@ -97,6 +100,7 @@ class ObjectLease::Renewer {
 
   ObjectStore* const store_;
   const std::string key_;
+  const std::string owner_, nonce_;  // what the body says besides its expiry
   mutable absl::Mutex mu_;
   std::string body_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -105,10 +109,12 @@ class ObjectLease::Renewer {
   std::thread thread_;
 };
 
-ObjectLease::ObjectLease(std::shared_ptr<ObjectStore> store, std::string key, std::string body,
-                         absl::Duration duration)
-    : store_(std::move(store)), key_(std::move(key)),
-      renewer_(std::make_unique<Renewer>(store_.get(), key_, std::move(body), duration)) {}
+ObjectLease::ObjectLease(std::shared_ptr<ObjectStore> store, std::string key, std::string owner,
+                         std::string nonce, std::string body, absl::Duration duration)
+    : store_(std::move(store)),
+      key_(std::move(key)),
+      renewer_(std::make_unique<Renewer>(store_.get(), key_, std::move(owner), std::move(nonce),
+                                         std::move(body), duration)) {}
 
 int ObjectLease::renewals() const { return renewer_->renewals(); }
 
@@ -118,11 +124,14 @@ absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_pt
                                                                   absl::Duration duration) {
   const std::string key = LeaseKey(prefix);
   absl::BitGen gen;
-  const std::string body =
-      LeaseBody(owner, absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen)), absl::Now() + duration);
+  const std::string nonce = absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
+  const std::string body = LeaseBody(owner, nonce, absl::Now() + duration);
+  auto held_by_us = [&] {
+    return std::unique_ptr<ObjectLease>(new ObjectLease(store, key, std::string(owner), nonce, body, duration));
+  };
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto put = store->Put(key, body, {true, {}});
-    if (put.ok()) return std::unique_ptr<ObjectLease>(new ObjectLease(store, key, body, duration));
+    if (put.ok()) return held_by_us();
     if (!absl::IsAlreadyExists(put.status())) return put.status();
     auto held = store->Get(key);
     if (!held.ok()) {
@@ -130,7 +139,7 @@ absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_pt
       return held.status();
     }
     // Our own write, its response lost and the retry refused.
-    if (*held == body) return std::unique_ptr<ObjectLease>(new ObjectLease(store, key, body, duration));
+    if (*held == body) return held_by_us();
     nlohmann::json h = nlohmann::json::parse(*held, nullptr, false);
     const std::string holder = h.is_object() ? h.value("owner", "?") : "?";
     const int64_t expires = h.is_object() ? h.value("expires_unix_ns", int64_t{0}) : 0;

@@ -332,16 +332,15 @@ bool SameCheckpoint(const CommitMarker& m, const CheckpointSummary& hot) {
          (m.compacted && m.compacted_from_manifest_xxh3 == hot_identity);
 }
 
-
-// What one call publishes of a step: every file and the marker
-// (PublishCheckpoint), one rank's files and no marker (PublishOptions::part),
-// or what the ranks did not, then the marker over all (CommitPublishedParts).
 // "rank-<5 digits>.": a file of one rank's part (format/names.h).
 bool IsRankFile(absl::string_view name) {
   if (!absl::ConsumePrefix(&name, "rank-") || name.size() < 6 || name[5] != '.') return false;
   return std::all_of(name.begin(), name.begin() + 5, [](char c) { return c >= '0' && c <= '9'; });
 }
 
+// What one call publishes of a step: every file and the marker
+// (PublishCheckpoint), one rank's files and no marker (PublishOptions::part),
+// or what the ranks did not, then the marker over all (CommitPublishedParts).
 class Selection {
  public:
   Selection(std::optional<int> part, const std::vector<CommitMarker::File>* published)
@@ -376,6 +375,7 @@ absl::StatusOr<PublishStats> Publish(const std::string& root, int64_t step, Obje
   CKPT_ASSIGN_OR_RETURN(CheckpointSummary hot, SummarizeCheckpoint(root, step, fs));
   if (!hot.manifest_status.ok()) return hot.manifest_status;
   const std::string where = absl::StrCat("s3://", store.bucket(), "/", StepPrefix(prefix, step));
+  const std::string step_keys = StepPrefix(prefix, step) + "/";
   PublishStats stats;
 
   // (1) Published before (by an interrupted run)?
@@ -396,7 +396,7 @@ absl::StatusOr<PublishStats> Publish(const std::string& root, int64_t step, Obje
     }
     stats.already_there = true;
     // Uploads left under a committed step are no one's: abort them.
-    auto left = store.ListMultipartUploads(StepPrefix(prefix, step) + "/");
+    auto left = store.ListMultipartUploads(step_keys);
     if (left.ok()) {
       for (const MultipartUploadInfo& u : *left) (void)store.AbortMultipartUpload(u.key, u.upload_id);
     }
@@ -418,11 +418,10 @@ absl::StatusOr<PublishStats> Publish(const std::string& root, int64_t step, Obje
   }
   // (3) Uploads a dead job left for this step.
   CKPT_ASSIGN_OR_RETURN(std::vector<MultipartUploadInfo> stale,
-                        store.ListMultipartUploads(StepPrefix(prefix, step) + "/"));
+                        store.ListMultipartUploads(step_keys));
   // Per key the newest is resumed (ISO 8601 times sort as strings), the
   // others aborted.
   std::map<std::string, MultipartUploadInfo> newest;
-  const std::string step_keys = StepPrefix(prefix, step) + "/";
   for (const MultipartUploadInfo& u : stale) {
     // Another rank's uploads are its own to resume.
     if (!absl::StartsWith(u.key, step_keys) || !selection.Owns(u.key.substr(step_keys.size()))) continue;
@@ -437,7 +436,7 @@ absl::StatusOr<PublishStats> Publish(const std::string& root, int64_t step, Obje
   // Objects already under the step: a dead job's (tagged by ckpt) are
   // overwritten; anything else was put there by other means and is not ours
   // to replace.
-  CKPT_ASSIGN_OR_RETURN(ObjectListing present, store.List(StepPrefix(prefix, step) + "/", ""));
+  CKPT_ASSIGN_OR_RETURN(ObjectListing present, store.List(step_keys, ""));
   for (const ObjectInfo& o : present.objects) {
     if (absl::StartsWith(o.key, step_keys) && !selection.Owns(o.key.substr(step_keys.size()))) continue;
     CKPT_ASSIGN_OR_RETURN(ObjectInfo head, store.Head(o.key));

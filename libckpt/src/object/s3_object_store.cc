@@ -345,9 +345,8 @@ class S3ObjectStore final : public ObjectStore {
                                    SignV4(signing, *credentials, region, "s3", date));
       const RequestWindow::Slot slot = window_.Acquire();
       auto response = transport_->Send(request);
-      window_.Release(slot, response.ok() && (response->status == 503 || response->status == 429 ||
-                                              absl::StrContains(response->body.substr(0, 512), "<Code>SlowDown<")));
       if (!response.ok()) {
+        window_.Release(slot, /*throttled=*/false);
         last = absl::UnavailableError(absl::StrCat(Where(op, call.key), ": ",
                                                    response.status().message()));
         if (response.status().code() != absl::StatusCode::kUnavailable) return last;
@@ -362,6 +361,7 @@ class S3ObjectStore final : public ObjectStore {
           message = xml->ChildText("Message");
         }
       }
+      window_.Release(slot, IsThrottled(response->status, s3_code));
       if (response->status >= 200 && response->status < 300 && s3_code.empty()) {
         if (!call.sink.empty()) {
           absl::Status whole = CheckRangeComplete(*response, op, call.key);
@@ -501,6 +501,10 @@ absl::StatusCode CodeForHttpStatus(int status) {
     case 429: return absl::StatusCode::kUnavailable;
     default: return status >= 500 ? absl::StatusCode::kUnavailable : absl::StatusCode::kInvalidArgument;
   }
+}
+
+bool IsThrottled(int status, absl::string_view s3_code) {
+  return status == 503 || status == 429 || s3_code == "SlowDown";
 }
 
 bool IsRetryable(int status, absl::string_view s3_code) {

@@ -20,6 +20,9 @@ absl::StatusCode CodeForHttpStatus(int status);
 // Whether a response with this status and S3 error code may succeed when
 // sent again (5xx, 429, SlowDown, RequestTimeout, InternalError).
 bool IsRetryable(int status, absl::string_view s3_code);
+// Whether it asks for fewer requests (503, 429, SlowDown): the store's
+// RequestWindow then halves what it sends.
+bool IsThrottled(int status, absl::string_view s3_code);
 
 }  // namespace ckpt::internal
 

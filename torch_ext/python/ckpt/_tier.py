@@ -40,6 +40,19 @@ _GROUP_PATIENCE_S = 3600.0
 _SEEN_PATIENCE_S = 10.0
 
 
+def _with_retries(call):
+    """call() with up to _ATTEMPTS tries (0.5 s, 1 s between them); its
+    result, or raises the last try's error."""
+    for attempt in range(_ATTEMPTS):
+        try:
+            with translate():
+                return call()
+        except Exception:  # the caller reports the last one; the save itself stands
+            if attempt + 1 == _ATTEMPTS:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+
+
 class _GroupPublish:
     """One step's multi-rank upload on this rank (see the module)."""
 
@@ -75,17 +88,11 @@ class _GroupPublish:
 
     def _part(self):
         """This rank's files, uploaded and checked: its report."""
-        error = None
-        for attempt in range(_ATTEMPTS):
-            try:
-                with translate():
-                    got = json.loads(torch.ops.ckpt.publish_part(self.tier.root, self.step, self.tier.url,
-                                                                 self.rank, *self.tier.args))
-                return {"ok": True, **got}
-            except Exception as e:  # reported to rank 0, which writes no marker
-                error = e
-                time.sleep(0.5 * (attempt + 1))
-        return {"ok": False, "error": str(error)}
+        try:
+            return {"ok": True, **json.loads(_with_retries(lambda: torch.ops.ckpt.publish_part(
+                self.tier.root, self.step, self.tier.url, self.rank, *self.tier.args)))}
+        except Exception as e:  # reported to rank 0, which writes no marker
+            return {"ok": False, "error": str(e)}
 
     def _commit(self, reports):
         """Rank 0: the marker over every rank's files, or why not."""
@@ -94,18 +101,13 @@ class _GroupPublish:
             return {"ok": False, "error": "no commit marker written, a rank's part did not upload: "
                     + "; ".join(failed)}
         files = [f for rep in reports for f in rep["files"]]
-        error = None
-        for attempt in range(_ATTEMPTS):
-            try:
-                with translate():
-                    n, _, already = torch.ops.ckpt.commit_published_parts(
-                        self.tier.root, self.step, self.tier.url, json.dumps(files), *self.tier.args)
-                return {"ok": True, "files": len(files) + n, "bytes": sum(r["bytes"] for r in reports),
-                        "already_there": already and all(r["already_there"] for r in reports)}
-            except Exception as e:
-                error = e
-                time.sleep(0.5 * (attempt + 1))
-        return {"ok": False, "error": str(error)}
+        try:
+            n, _, already = _with_retries(lambda: torch.ops.ckpt.commit_published_parts(
+                self.tier.root, self.step, self.tier.url, json.dumps(files), *self.tier.args))
+        except Exception as e:  # every rank reports it
+            return {"ok": False, "error": str(e)}
+        return {"ok": True, "files": len(files) + n, "bytes": sum(r["bytes"] for r in reports),
+                "already_there": already and all(r["already_there"] for r in reports)}
 
     def run(self):
         """The step's result on this rank: a dict, or raises why it is not in the bucket."""
@@ -238,16 +240,11 @@ class _Tier:
                 except Exception as e:  # reported below; the save itself stands
                     error = e
             else:
-                for attempt in range(_ATTEMPTS):
-                    try:
-                        with translate():
-                            files, nbytes, already = torch.ops.ckpt.publish_checkpoint(
-                                self.root, step, self.url, *self.args)
-                        error = None
-                        break
-                    except Exception as e:  # reported below; the save itself stands
-                        error = e
-                        time.sleep(0.5 * (attempt + 1))
+                try:
+                    files, nbytes, already = _with_retries(lambda: torch.ops.ckpt.publish_checkpoint(
+                        self.root, step, self.url, *self.args))
+                except Exception as e:  # reported below; the save itself stands
+                    error = e
             with self._lock:
                 if error is None:
                     result = {"uploaded": True, "durable_in_bucket": True, "url": self.url,
