@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,23 @@ TEST(Crc32cTest, Rfc3720Vectors) {
   EXPECT_EQ(internal::Crc32c(std::string("6789"), internal::Crc32c(std::string("12345"))),
             0xE3069283u);
   EXPECT_EQ(internal::Crc32cBase64(0xE3069283u), "4waSgw==");
+  EXPECT_EQ(internal::Crc32cPortable(std::string("123456789")), 0xE3069283u);
+}
+
+TEST(Crc32cTest, TheCpusInstructionAgreesWithTheTablesAtEveryLengthAndAlignment) {
+  std::mt19937_64 rng(7);
+  std::string bytes(4096 + 64, '\0');
+  for (char& c : bytes) c = static_cast<char>(rng());
+  for (size_t offset = 0; offset < 16; ++offset) {
+    for (size_t length : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63},
+                          size_t{64}, size_t{1000}, size_t{4096}}) {
+      std::span<const char> piece(bytes.data() + offset, length);
+      EXPECT_EQ(internal::Crc32c(piece), internal::Crc32cPortable(piece))
+          << "offset " << offset << " length " << length;
+      // Continued from a previous piece's checksum, too.
+      EXPECT_EQ(internal::Crc32c(piece, 0x12345678u), internal::Crc32cPortable(piece, 0x12345678u));
+    }
+  }
 }
 
 TEST(S3XmlTest, ParsesListingAndRefusesMalformed) {

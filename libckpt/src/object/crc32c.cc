@@ -3,6 +3,11 @@
 #include <openssl/evp.h>
 
 #include <array>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
 namespace ckpt::internal {
 namespace {
@@ -27,9 +32,39 @@ const Tables& GetTables() {
   return tables;
 }
 
+#if defined(__x86_64__)
+// SSE4.2's crc32 instruction: 8 bytes per instruction, ~3x the tables' rate
+// (the upload path checksums every byte it sends).
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(std::span<const char> data, uint32_t crc) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  size_t n = data.size();
+  uint64_t c = ~crc;
+  for (; n > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0; --n) c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = _mm_crc32_u64(c, word);
+  }
+  for (; n > 0; --n) c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
+  return ~static_cast<uint32_t>(c);
+}
+
+bool HasSse42() {
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+}
+#endif
+
 }  // namespace
 
 uint32_t Crc32c(std::span<const char> data, uint32_t crc) {
+#if defined(__x86_64__)
+  if (HasSse42()) return Crc32cSse42(data, crc);
+#endif
+  return Crc32cPortable(data, crc);
+}
+
+uint32_t Crc32cPortable(std::span<const char> data, uint32_t crc) {
   const auto& t = GetTables().t;
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   size_t n = data.size();

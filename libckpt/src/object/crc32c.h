@@ -11,8 +11,11 @@
 
 namespace ckpt::internal {
 
-// CRC32C of `data`, continuing from `crc` (0 to start).
+// CRC32C of `data`, continuing from `crc` (0 to start): the CPU's crc32
+// instruction where it has one (x86-64 SSE4.2), else Crc32cPortable.
 uint32_t Crc32c(std::span<const char> data, uint32_t crc = 0);
+// The same from tables (slicing by 8), on any CPU.
+uint32_t Crc32cPortable(std::span<const char> data, uint32_t crc = 0);
 // The 4 big-endian bytes of `crc`, base64 (as S3's checksum headers carry it).
 std::string Crc32cBase64(uint32_t crc);
 std::string Base64(absl::string_view bytes);
