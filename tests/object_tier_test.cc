@@ -5,10 +5,13 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <future>
 #include <iterator>
+#include <mutex>
 #include <random>
 #include <string_view>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -16,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/engine.h"
+#include "ckpt/file_system_wrapper.h"
 #include "ckpt/object_store.h"
 #include "ckpt/object_tier.h"
 #include "ckpt/reader.h"
@@ -23,6 +27,8 @@
 #include "distributed_ranks.h"
 #include "moto_server.h"
 #include "test_util.h"
+#include "testing/fault_injection_file_system.h"
+#include "xxhash.h"
 #include "testing/fault_injection_transport.h"
 
 namespace ckpt {
@@ -363,6 +369,82 @@ TEST_F(ObjectTierTest, EtagsConfirmUploadsAndADamagedBodyIsReadBackAndSentAgain)
 // rank's uploads alone and writes no marker; a commit missing a rank's files
 // writes none either, naming one; with every rank's, the step restores from
 // the bucket as it does locally, rank by rank.
+// Opens each file after a random pause of up to 15 ms: parallel upload
+// streams then finish reading their parts in a shuffled order.
+class ShuffledOpens : public FileSystemWrapper {
+ public:
+  using FileSystemWrapper::FileSystemWrapper;
+  absl::StatusOr<std::unique_ptr<File>> Open(const std::string& path, const OpenOptions& options) override {
+    int pause_us;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pause_us = static_cast<int>(rng_() % 15000);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+    return FileSystemWrapper::Open(path, options);
+  }
+
+ private:
+  std::mutex mu_;
+  std::mt19937 rng_{11};
+};
+
+// Each file is read once, for upload, and hashed from the same buffers (a
+// multipart file's parts in order, though read by parallel streams): the
+// marker lists the XXH3 of each local file as hashed here. A read of the
+// local files that fails, wherever it falls among the parts, ends the
+// publish with that error, no marker, and no stream left waiting.
+TEST_F(ObjectTierTest, FilesAreHashedAsTheyUploadAndAFailedReadLeavesNoMarker) {
+  Save(1, 1);
+  auto fs = std::make_shared<testing::FaultInjectionFileSystem>(PosixFileSystem());
+  PublishOptions options = Small();
+  options.fs = fs;
+  fs->RecordCalls(true);
+  ASSERT_TRUE(PublishCheckpoint(root_, 1, *store_, "runs/counting", options).ok());
+  std::vector<uint64_t> reads;  // call numbers of the local reads
+  const std::vector<std::string> calls = fs->recorded_calls();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (absl::StartsWith(calls[i], "ReadAt ")) reads.push_back(i + 1);
+  }
+  ASSERT_GE(reads.size(), 8u) << "expected a multipart file's parts among the reads";
+  fs->RecordCalls(false);
+  for (uint64_t n : {reads[0], reads[1], reads[reads.size() / 2], reads[reads.size() - 2], reads.back()}) {
+    // (The streams interleave their opens, reads and closes differently from
+    // run to run: call n is a local read or one of its neighbours.)
+    const uint64_t injected_before = fs->injected_count();
+    fs->ResetCallCount();
+    fs->FailAt(n, testing::Fault::kEio);
+    auto publish = std::async(std::launch::async,
+                              [&] { return PublishCheckpoint(root_, 1, *store_, "runs/a", options); });
+    ASSERT_EQ(publish.wait_for(std::chrono::seconds(120)), std::future_status::ready)
+        << "publish still running 120 s after a failed read at call " << n;
+    auto stats = publish.get();
+    EXPECT_FALSE(stats.ok()) << "read " << n << " failed, yet the publish succeeded";
+    EXPECT_EQ(fs->injected_count(), injected_before + 1);
+    auto marker = ReadCommitMarker(*store_, "runs/a", 1);
+    ASSERT_TRUE(marker.ok()) << marker.status();
+    EXPECT_FALSE(marker->has_value()) << "a marker after a failed read at call " << n;
+    fs->ClearFaults();
+  }
+  options.fs = std::make_shared<ShuffledOpens>(PosixFileSystem());  // parts read out of order
+  auto stats = PublishCheckpoint(root_, 1, *store_, "runs/a", options);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  auto marker = ReadCommitMarker(*store_, "runs/a", 1);
+  ASSERT_TRUE(marker.ok() && marker->has_value());
+  auto steps = ListCheckpoints(root_);
+  ASSERT_TRUE(steps.ok() && steps->size() == 1u);
+  bool multipart = false;
+  for (const CommitMarker::File& f : (*marker)->files) {
+    std::ifstream in((*steps)[0].dir + "/" + f.name, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(f.bytes, bytes.size()) << f.name;
+    EXPECT_EQ(f.xxh3, XXH3_64bits(bytes.data(), bytes.size())) << f.name;
+    multipart |= bytes.size() > options.part_bytes;
+  }
+  EXPECT_TRUE(multipart);
+  ExpectSameAsLocal(1);
+}
+
 TEST_F(ObjectTierTest, RanksPublishTheirPartsAndOneCommitWritesTheMarker) {
   {
     testing::Ranks ranks(root_, 2, testing::SmallChunks(), absl::Seconds(30));

@@ -82,7 +82,7 @@ FlagSet MakeFlagSet(RetainFlags* flags) {
   set.Add("upload-streams", "N", &policy.upload_streams,
           "s3:// cold tier: requests in flight at once (default 8).");
   set.Add("upload-part-size", "BYTES", &policy.upload_part_bytes,
-          "s3:// cold tier: multipart part size and read-back GET size (default 16777216).");
+          "s3:// cold tier: multipart part size and read-back GET size (default 8388608).");
   set.AddBool("upload-read-back", &policy.upload_read_back,
               "s3:// cold tier: read every object back after uploading it. Off by default: only "
               "objects whose ETags are not the MD5 of the bytes sent are read back (a store "

@@ -138,7 +138,7 @@ class Checkpointer:
     def __init__(self, root, delta="none", topk_ratio=0.01, full_every=10, lazy=False,
                  staging_bytes=None, compression=None, process_group=None, commit_timeout_s=300.0,
                  replicated=None, rank_local=None, tier=None, tier_streams=4,
-                 tier_part_bytes=16 << 20, tier_max_upload_rate=0, **options):
+                 tier_part_bytes=8 << 20, tier_max_upload_rate=0, **options):
         _lib.load()
         if delta is None:
             delta = "none"
