@@ -206,12 +206,22 @@ TEST_F(TieringTest, UploadFlagsOfTheCommandLine) {
   EXPECT_EQ(small.first, 2);
   EXPECT_TRUE(absl::StrContains(small.second, "--upload-part-size")) << small.second;
   EXPECT_EQ(run({"--upload-streams", "0"}).first, 2);
+  auto archive = run({"--upload-storage-class", "DEEP_ARCHIVE"});
+  EXPECT_EQ(archive.first, 2);
+  EXPECT_TRUE(absl::StrContains(archive.second, "--upload-storage-class: storage class DEEP_ARCHIVE"))
+      << archive.second;
+  EXPECT_EQ(run({"--upload-storage-class", "standard-ia"}).first, 2);
   EXPECT_EQ(*ListSteps(root_), (std::vector<int64_t>{1, 2, 3, 4}));
   auto ok = run({"--upload-streams", "2", "--upload-part-size", "5242880", "--max-upload-rate",
-                 "100000000", "--upload-read-back"});
+                 "100000000", "--upload-read-back", "--upload-storage-class", "ONEZONE_IA"});
   EXPECT_EQ(ok.first, 0) << ok.second;
   EXPECT_EQ(*ListSteps(cold), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(Restored(cold, 2), expected_[2]);
+  auto store = Store();
+  auto listed = store->List(StepPrefix("flags", 2) + "/", "");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_FALSE(listed->objects.empty());
+  for (const ObjectInfo& o : listed->objects) EXPECT_EQ(store->Head(o.key)->storage_class, "ONEZONE_IA") << o.key;
 }
 
 // Multi-rank checkpoints (one unit, two ranks' parts) tier and restore per

@@ -239,6 +239,51 @@ TEST_F(ObjectTierTest, HandUploadsAreNeverOverwrittenNorReclaimed) {
   EXPECT_EQ(*store_->Get(hand), "copied by hand");
 }
 
+// A cold tier in a cheaper class: every object of the step (single PUTs and
+// multipart uploads alike) is stored in it, the marker in the default class,
+// and the step restores as any other.
+TEST_F(ObjectTierTest, ObjectsGoInTheStorageClassAskedForAndTheMarkerInTheDefault) {
+  Save(1, 1);
+  PublishOptions options = Small();
+  options.storage_class = "STANDARD_IA";
+  ASSERT_TRUE(PublishCheckpoint(root_, 1, *store_, "runs/a", options).ok());
+  auto listed = store_->List(StepPrefix("runs/a", 1) + "/", "");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_GE(listed->objects.size(), 2u);
+  bool multipart = false;
+  for (const ObjectInfo& o : listed->objects) {
+    auto head = store_->Head(o.key);
+    ASSERT_TRUE(head.ok()) << head.status();
+    multipart |= o.size > options.part_bytes;
+    EXPECT_EQ(head->storage_class, "STANDARD_IA") << o.key;
+  }
+  EXPECT_TRUE(multipart) << "no object went up in parts: the test would not cover multipart uploads";
+  auto marker = store_->Head(MarkerKey("runs/a", 1));
+  ASSERT_TRUE(marker.ok()) << marker.status();
+  EXPECT_TRUE(marker->storage_class.empty() || marker->storage_class == "STANDARD") << marker->storage_class;
+  ExpectSameAsLocal(1);
+}
+
+TEST_F(ObjectTierTest, ArchiveClassesAndMalformedNamesAreRefusedBeforeAnyRequest) {
+  EXPECT_TRUE(CheckStorageClass("").ok());
+  EXPECT_TRUE(CheckStorageClass("GLACIER_IR").ok());
+  EXPECT_TRUE(CheckStorageClass("INTELLIGENT_TIERING").ok());
+  for (const char* bad : {"standard_ia", "STANDARD IA", "STANDARD\r\nx-amz-acl: public-read"}) {
+    const absl::Status s = CheckStorageClass(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(s.message(), "not a storage class name")) << s;
+  }
+  Save(1, 1);
+  for (const char* archive : {"GLACIER", "DEEP_ARCHIVE"}) {
+    PublishOptions options = Small();
+    options.storage_class = archive;
+    auto published = PublishCheckpoint(root_, 1, *store_, "runs/a", options);
+    EXPECT_EQ(published.status().code(), absl::StatusCode::kInvalidArgument) << archive;
+    EXPECT_TRUE(absl::StrContains(published.status().message(), "restore request")) << published.status();
+  }
+  EXPECT_TRUE(store_->List("runs/a/", "")->objects.empty());
+}
+
 TEST_F(ObjectTierTest, ReclaimRemovesDeadJobsUploadsAndUnmarkedObjects) {
   Save(2, 1);
   PublishAll();

@@ -139,6 +139,30 @@ def test_tier_arguments_are_checked(root):
         ckpt.Checkpointer(root, tier="/not/a/bucket")
     with pytest.raises(ValueError, match="tier_part_bytes"):
         ckpt.Checkpointer(root, tier="s3://b/p", tier_part_bytes=1024)
+    with pytest.raises(ValueError, match="tier_storage_class: storage class GLACIER: .*restore request"):
+        ckpt.Checkpointer(root, tier="s3://b/p", tier_storage_class="GLACIER")
+    with pytest.raises(ValueError, match="not a storage class name"):
+        ckpt.Checkpointer(root, tier="s3://b/p", tier_storage_class="standard_ia")
+
+
+def test_upload_behind_the_save_stores_objects_in_the_storage_class_asked_for(root, bucket_url):
+    import boto3
+    w = torch.randn(3 << 20)  # 12 MiB: a multipart upload of 5 MiB parts
+    with ckpt.Checkpointer(root, tier=bucket_url, tier_part_bytes=5 << 20,
+                           tier_storage_class="STANDARD_IA") as cp:
+        cp.save_async(1, {"w": w, "b": torch.ones(3)})
+        assert cp.wait_tier(timeout=120)
+        assert cp.tier_status(1)["state"] == "durable", cp.tier_status(1)
+    bucket, prefix = bucket_url[len("s3://"):].split("/", 1)
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]]
+    data = [k for k in keys if "/step-" in k and not k.endswith(".commit")]  # the step's objects, no marker
+    assert any(s3.head_object(Bucket=bucket, Key=k)["ContentLength"] > 5 << 20 for k in data), keys
+    for k in data:
+        assert s3.head_object(Bucket=bucket, Key=k).get("StorageClass") == "STANDARD_IA", k
+    marker = [k for k in keys if k.endswith(".commit")]
+    assert len(marker) == 1 and s3.head_object(Bucket=bucket, Key=marker[0]).get("StorageClass", "STANDARD") == "STANDARD"
+    assert torch.equal(ckpt.load(bucket_url, step=1)["w"], w)
 
 
 def _aws_env():

@@ -87,6 +87,11 @@ FlagSet MakeFlagSet(RetainFlags* flags) {
               "s3:// cold tier: read every object back after uploading it. Off by default: only "
               "objects whose ETags are not the MD5 of the bytes sent are read back (a store "
               "using SSE-KMS or SSE-C gets all of them read back anyway).");
+  set.Add("upload-storage-class", "CLASS", &policy.upload_storage_class,
+          "s3:// cold tier: the storage class of the checkpoints' objects (STANDARD_IA, "
+          "ONEZONE_IA, INTELLIGENT_TIERING, GLACIER_IR, or a class of another store; default: "
+          "the bucket's). Commit markers stay in the default class. GLACIER and DEEP_ARCHIVE "
+          "are refused: their objects cannot be read without a restore request.");
   set.Add("max-upload-rate", "BYTES", &policy.max_upload_bytes_per_second,
           "s3:// cold tier: the most each upload stream sends per second, to spare the "
           "training job's network (default 0: unlimited).");
@@ -172,6 +177,9 @@ int RetainMain(int argc, const char* const* argv, std::ostream& out, std::ostrea
     return fail(kRetainUsage,
                 "--upload-streams must be >= 1, --upload-part-size >= 5242880 (S3's smallest "
                 "part) and --max-upload-rate >= 0 (see --help)");
+  }
+  if (absl::Status s = CheckStorageClass(policy.upload_storage_class); !s.ok()) {
+    return fail(kRetainUsage, absl::StrCat("--upload-storage-class: ", s.message()));
   }
   if (policy.keep_last == 0 && policy.keep_every == 0 &&
       policy.keep_newer_than == absl::ZeroDuration()) {

@@ -482,6 +482,7 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
     bucket->publish.streams = policy.upload_streams;
     bucket->publish.part_bytes = policy.upload_part_bytes;
     bucket->publish.read_back = policy.upload_read_back;
+    bucket->publish.storage_class = policy.upload_storage_class;
   }
   if (!policy.cold_dir.empty() && !to_bucket) {
     if (absl::Status s = require_directory(policy.cold_dir, "--cold-dir"); !s.ok()) return s;

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "ckpt/file_system.h"
 #include "ckpt/object_store.h"
+#include "ckpt/object_tier.h"
 
 namespace ckpt::tools {
 
@@ -29,9 +30,10 @@ struct RetentionPolicy {
   // (0: unlimited), how long the lease is taken for, and the store to use
   // (null: `ckpt::OpenObjectStore(cold_dir, {})`; tests inject faults here;
   // with an s3:// root, the root's store).
-  int upload_streams = 8;
-  uint64_t upload_part_bytes = uint64_t{16} << 20;
+  int upload_streams = PublishOptions{}.streams;
+  uint64_t upload_part_bytes = PublishOptions{}.part_bytes;
   bool upload_read_back = false;  // `PublishOptions::read_back`
+  std::string upload_storage_class;  // `PublishOptions::storage_class`
   int64_t max_upload_bytes_per_second = 0;
   absl::Duration lease_duration = absl::Hours(6);
   std::shared_ptr<ObjectStore> cold_store;

@@ -57,8 +57,9 @@ OpenedUrl OpenUrl(const std::string& url, int64_t max_send_bytes_per_second, con
   return {*parsed, *store};
 }
 
-PublishOptions Publishing(int64_t streams, int64_t part_bytes) {
+PublishOptions Publishing(int64_t streams, int64_t part_bytes, std::string storage_class) {
   PublishOptions publish;
+  publish.storage_class = std::move(storage_class);
   publish.streams = static_cast<int>(streams);
   publish.part_bytes = static_cast<uint64_t>(part_bytes);
   return publish;
@@ -70,14 +71,15 @@ PublishOptions Publishing(int64_t streams, int64_t part_bytes) {
 // bytes sent and whether the step was already there.
 std::tuple<int64_t, int64_t, bool> PublishCheckpointOp(std::string root, int64_t step, std::string url,
                                                        int64_t streams, int64_t part_bytes,
-                                                       int64_t max_send_bytes_per_second) {
+                                                       int64_t max_send_bytes_per_second,
+                                                       std::string storage_class) {
   const std::string what = absl::StrCat("ckpt: upload of step ", step, " to ", url, ": ");
   OpenedUrl opened = OpenUrl(url, max_send_bytes_per_second, what);
   auto lease = ObjectLease::Acquire(opened.store, opened.url.prefix,
                                     absl::StrCat("ckpt Checkpointer pid ", getpid(), " for ", root),
                                     absl::Hours(1));
   ThrowIfError(lease.status(), what);
-  auto stats = PublishCheckpoint(root, step, *opened.store, opened.url.prefix, Publishing(streams, part_bytes));
+  auto stats = PublishCheckpoint(root, step, *opened.store, opened.url.prefix, Publishing(streams, part_bytes, std::move(storage_class)));
   ThrowIfError(stats.status(), what);
   return {static_cast<int64_t>(stats->files), static_cast<int64_t>(stats->bytes), stats->already_there};
 }
@@ -86,10 +88,11 @@ std::tuple<int64_t, int64_t, bool> PublishCheckpointOp(std::string root, int64_t
 // JSON {"files": [{"name", "bytes", "xxh3"}], "bytes", "already_there"} for
 // commit_published_parts. Takes no lease: the rank that commits holds it.
 std::string PublishPartOp(std::string root, int64_t step, std::string url, int64_t part, int64_t streams,
-                          int64_t part_bytes, int64_t max_send_bytes_per_second) {
+                          int64_t part_bytes, int64_t max_send_bytes_per_second,
+                          std::string storage_class) {
   const std::string what = absl::StrCat("ckpt: upload of rank ", part, "'s part of step ", step, " to ", url, ": ");
   OpenedUrl opened = OpenUrl(url, max_send_bytes_per_second, what);
-  PublishOptions publish = Publishing(streams, part_bytes);
+  PublishOptions publish = Publishing(streams, part_bytes, std::move(storage_class));
   publish.part = static_cast<int>(part);
   auto stats = PublishCheckpoint(root, step, *opened.store, opened.url.prefix, publish);
   ThrowIfError(stats.status(), what);
@@ -107,7 +110,8 @@ std::string PublishPartOp(std::string root, int64_t step, std::string url, int64
 std::tuple<int64_t, int64_t, bool> CommitPublishedPartsOp(std::string root, int64_t step, std::string url,
                                                           std::string published_json, int64_t streams,
                                                           int64_t part_bytes,
-                                                          int64_t max_send_bytes_per_second) {
+                                                          int64_t max_send_bytes_per_second,
+                                                          std::string storage_class) {
   const std::string what = absl::StrCat("ckpt: commit of step ", step, " in ", url, ": ");
   const nlohmann::json parsed = nlohmann::json::parse(published_json, nullptr, /*allow_exceptions=*/false);
   TORCH_CHECK_VALUE(parsed.is_array(), what, "the published files are not a JSON list");
@@ -121,9 +125,16 @@ std::tuple<int64_t, int64_t, bool> CommitPublishedPartsOp(std::string root, int6
   }
   OpenedUrl opened = OpenUrl(url, max_send_bytes_per_second, what);
   auto stats = CommitPublishedParts(root, step, *opened.store, opened.url.prefix, published,
-                                    Publishing(streams, part_bytes));
+                                    Publishing(streams, part_bytes, std::move(storage_class)));
   ThrowIfError(stats.status(), what);
   return {static_cast<int64_t>(stats->files), static_cast<int64_t>(stats->bytes), stats->already_there};
+}
+
+// Raises (ValueError) unless `storage_class` may be given to uploads
+// (CheckStorageClass).
+void CheckStorageClassOp(std::string storage_class) {
+  const absl::Status s = CheckStorageClass(storage_class);
+  TORCH_CHECK_VALUE(s.ok(), s.message());
 }
 
 // `torch.classes.ckpt.TierLease(url, owner, seconds)`: the bucket prefix's
@@ -152,14 +163,15 @@ TORCH_LIBRARY_FRAGMENT(ckpt, m) {
   m.def("checkpoint_bases(str root) -> (int[], int[])", CheckpointBasesOp);
   m.def("remove_checkpoint(str root, int step) -> ()", RemoveCheckpointOp);
   m.def("publish_checkpoint(str root, int step, str url, int streams, int part_bytes, "
-        "int max_send_bytes_per_second) -> (int, int, bool)",
+        "int max_send_bytes_per_second, str storage_class=\"\") -> (int, int, bool)",
         PublishCheckpointOp);
   m.def("publish_part(str root, int step, str url, int part, int streams, int part_bytes, "
-        "int max_send_bytes_per_second) -> str",
+        "int max_send_bytes_per_second, str storage_class=\"\") -> str",
         PublishPartOp);
   m.def("commit_published_parts(str root, int step, str url, str published_json, int streams, "
-        "int part_bytes, int max_send_bytes_per_second) -> (int, int, bool)",
+        "int part_bytes, int max_send_bytes_per_second, str storage_class=\"\") -> (int, int, bool)",
         CommitPublishedPartsOp);
+  m.def("check_storage_class(str storage_class) -> ()", CheckStorageClassOp);
   m.class_<TierLeaseHolder>("TierLease")
       .def(torch::init<std::string, std::string, double>())
       .def("release", &TierLeaseHolder::Release);

@@ -137,6 +137,9 @@ struct ObjectInfo {
   uint64_t size = 0;
   std::string etag;
   std::map<std::string, std::string> metadata;  // x-amz-meta-*, names without the prefix
+  // `x-amz-storage-class` as HEAD returns it; empty where the store sent
+  // none (S3 omits it for STANDARD).
+  std::string storage_class;
 };
 
 struct ObjectListing {
@@ -150,6 +153,9 @@ struct PutObjectOptions {
   bool if_absent = false;
   // Sent as `x-amz-meta-<name>`.
   std::map<std::string, std::string> metadata;
+  // `x-amz-storage-class` (STANDARD_IA, GLACIER_IR, ...); empty: the
+  // bucket's default. For a multipart upload, set when it is created.
+  std::string storage_class;
 };
 
 struct MultipartUploadInfo {

@@ -79,6 +79,14 @@ struct PublishOptions {
   // arrived whole; a store whose ETags are not MD5s (SSE-KMS, SSE-C) gets
   // every object read back.
   bool read_back = false;
+  // The storage class of the step's objects (`x-amz-storage-class`:
+  // STANDARD_IA, ONEZONE_IA, INTELLIGENT_TIERING, GLACIER_IR, or a class of
+  // another store); empty: the bucket's default. The commit marker (small,
+  // read by every listing) and the lease stay in the default class. Classes
+  // whose objects cannot be read without a restore request (GLACIER,
+  // DEEP_ARCHIVE) are refused: neither the check after the upload nor a
+  // restore could read them (`CheckStorageClass`).
+  std::string storage_class;
   std::shared_ptr<FileSystem> fs;  // of `root` (null: PosixFileSystem())
   // A multi-rank checkpoint published by its ranks together, each rank its
   // own files: with `part` = r, `PublishCheckpoint` uploads and checks only
@@ -104,6 +112,11 @@ struct PublishStats {
   // the marker lists them: what a rank hands to `CommitPublishedParts`.
   std::vector<CommitMarker::File> published;
 };
+
+// OK if `storage_class` may be given as `PublishOptions::storage_class`:
+// empty, or an S3 storage class name (upper-case letters, digits, `_`) whose
+// objects are readable at once; kInvalidArgument naming the problem else.
+absl::Status CheckStorageClass(absl::string_view storage_class);
 
 // Publishes committed checkpoint `step` of the local `root` under `prefix`:
 // (1) if a marker exists: the same checkpoint (its manifest checksum, or a

@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -218,7 +219,8 @@ class Publisher {
       }
       if (!id.ok()) {
         // (Its XXH3 is not known yet: hashed as its parts are read.)
-        id = store_.CreateMultipartUpload(f->key, {false, {{"ckpt-xxh3", kHashedInParts}}});
+        id = store_.CreateMultipartUpload(
+            f->key, {false, {{"ckpt-xxh3", kHashedInParts}}, options_.storage_class});
         ++requests_;
       }
       if (!id.ok()) {
@@ -266,7 +268,7 @@ class Publisher {
         }
         absl::StatusOr<std::string> etag;
         if (t.upload_id.empty()) {
-          etag = store_.Put(t.file->key, buf, {false, Metadata(*t.file)});
+          etag = store_.Put(t.file->key, buf, {false, Metadata(*t.file), options_.storage_class});
         } else {
           auto part = store_.UploadPart(t.file->key, t.upload_id, t.part, buf);
           if (part.ok()) parts[i] = *part;
@@ -441,11 +443,36 @@ class Selection {
   std::set<std::string> published_names_;
 };
 
+}  // namespace
+
+absl::Status CheckStorageClass(absl::string_view storage_class) {
+  if (storage_class.empty()) return absl::OkStatus();
+  const bool name = std::all_of(storage_class.begin(), storage_class.end(), [](char c) {
+    return absl::ascii_isupper(c) || absl::ascii_isdigit(c) || c == '_';
+  });
+  if (!name) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "storage class '", storage_class,
+        "': not a storage class name (upper-case letters, digits and '_', e.g. STANDARD_IA)"));
+  }
+  if (storage_class == "GLACIER" || storage_class == "DEEP_ARCHIVE") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "storage class ", storage_class,
+        ": its objects cannot be read without a restore request, so neither ckpt's check after "
+        "the upload nor a restore could read them; use GLACIER_IR (instant retrieval) or "
+        "STANDARD_IA"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
 absl::StatusOr<PublishStats> Publish(const std::string& root, int64_t step, ObjectStore& store,
                                      absl::string_view prefix, const PublishOptions& options,
                                      const Selection& selection) {
   std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
   if (options.part_bytes == 0) return absl::InvalidArgumentError("PublishOptions::part_bytes is 0");
+  CKPT_RETURN_IF_ERROR(CheckStorageClass(options.storage_class));
   CKPT_ASSIGN_OR_RETURN(CheckpointSummary hot, SummarizeCheckpoint(root, step, fs));
   if (!hot.manifest_status.ok()) return hot.manifest_status;
   const std::string where = absl::StrCat("s3://", store.bucket(), "/", StepPrefix(prefix, step));

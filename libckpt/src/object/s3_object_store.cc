@@ -121,6 +121,7 @@ class S3ObjectStore final : public ObjectStore {
     info.key = key;
     (void)absl::SimpleAtoi(response.headers["content-length"], &info.size);
     info.etag = response.headers["etag"];
+    info.storage_class = response.headers["x-amz-storage-class"];
     for (const auto& [name, value] : response.headers) {
       if (absl::StartsWith(name, "x-amz-meta-")) info.metadata[name.substr(11)] = value;
     }
@@ -174,7 +175,7 @@ class S3ObjectStore final : public ObjectStore {
     Call call("POST", key);
     call.query = {{"uploads", ""}};
     call.headers.emplace_back("x-amz-checksum-algorithm", "CRC32C");
-    AddPutHeaders(PutObjectOptions{false, options.metadata}, &call.headers);
+    AddPutHeaders(PutObjectOptions{false, options.metadata, options.storage_class}, &call.headers);
     CKPT_ASSIGN_OR_RETURN(HttpResponse response, Execute(call, "CreateMultipartUpload"));
     CKPT_ASSIGN_OR_RETURN(XmlNode xml, ParseXml(response.body, Where("CreateMultipartUpload", key)));
     std::string id = xml.ChildText("UploadId");
@@ -292,6 +293,7 @@ class S3ObjectStore final : public ObjectStore {
 
   static void AddPutHeaders(const PutObjectOptions& options, Params* headers) {
     if (options.if_absent) headers->emplace_back("if-none-match", "*");
+    if (!options.storage_class.empty()) headers->emplace_back("x-amz-storage-class", options.storage_class);
     for (const auto& [name, value] : options.metadata) {
       headers->emplace_back(absl::StrCat("x-amz-meta-", name), value);
     }

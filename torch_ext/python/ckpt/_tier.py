@@ -161,7 +161,8 @@ class _GroupPublish:
 
 
 class _Tier:
-    def __init__(self, root, url, streams, part_bytes, max_upload_rate, group=None, key_prefix=None):
+    def __init__(self, root, url, streams, part_bytes, max_upload_rate, group=None, key_prefix=None,
+                 storage_class=None):
         url = str(url)
         if not url.startswith("s3://"):
             raise ValueError(f"ckpt: tier must be an s3://bucket/prefix URL, got {url!r}")
@@ -170,7 +171,12 @@ class _Tier:
                              "smallest part) and tier_max_upload_rate >= 0")
         self.url = url
         self.root = root
-        self.args = (int(streams), int(part_bytes), int(max_upload_rate))
+        storage_class = "" if storage_class is None else str(storage_class)
+        try:
+            torch.ops.ckpt.check_storage_class(storage_class)
+        except ValueError as e:
+            raise ValueError(f"ckpt: tier_storage_class: {e}") from None
+        self.args = (int(streams), int(part_bytes), int(max_upload_rate), storage_class)
         # With a process group of several ranks: each uploads its part (_GroupPublish).
         self.group = group if group is not None and group.size() > 1 else None
         self.key_prefix = key_prefix

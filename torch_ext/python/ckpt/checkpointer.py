@@ -113,6 +113,12 @@ class Checkpointer:
         Every rank of the group opens its own Checkpointer on the same root
         (the same absolute path on every rank), in the same order; opening
         waits until rank 0 has opened (up to commit_timeout_s).
+    tier: an s3://bucket/prefix URL: each committed checkpoint is uploaded
+        behind the saves (docs/object-storage.md, "Upload behind the save"):
+        tier_streams requests at once, multipart parts of tier_part_bytes,
+        each stream capped at tier_max_upload_rate bytes/s (0: no cap), the
+        objects in tier_storage_class (e.g. "STANDARD_IA"; None: the
+        bucket's default; GLACIER and DEEP_ARCHIVE raise ValueError).
     commit_timeout_s: how long a rank that wrote its part waits for the
         others before the save fails on every rank, naming the missing ranks.
     replicated, rank_local: which tensors are identical on every rank (stored
@@ -138,7 +144,7 @@ class Checkpointer:
     def __init__(self, root, delta="none", topk_ratio=0.01, full_every=10, lazy=False,
                  staging_bytes=None, compression=None, process_group=None, commit_timeout_s=300.0,
                  replicated=None, rank_local=None, tier=None, tier_streams=4,
-                 tier_part_bytes=8 << 20, tier_max_upload_rate=0, **options):
+                 tier_part_bytes=8 << 20, tier_max_upload_rate=0, tier_storage_class=None, **options):
         _lib.load()
         if delta is None:
             delta = "none"
@@ -163,7 +169,8 @@ class Checkpointer:
                 f"`ckpt-retain --root DIR --cold-dir {self.root}`")
         key_prefix = None if group is None else _distributed.next_key_prefix(self.root)
         self._tier = None if tier is None else _tier._Tier(
-            self.root, tier, tier_streams, tier_part_bytes, tier_max_upload_rate, group, key_prefix)
+            self.root, tier, tier_streams, tier_part_bytes, tier_max_upload_rate, group, key_prefix,
+            tier_storage_class)
         self.lazy = bool(lazy)
         self.process_group = group  # None: single-process
         options_json = json.dumps(opts, allow_nan=False)
