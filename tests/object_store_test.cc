@@ -1,5 +1,6 @@
 // The S3 client: SigV4 against AWS's published examples, CRC32C, XML,
 // configuration, and every ObjectStore call against moto's S3 server.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "object/s3_object_store.h"
 #include "object/s3_xml.h"
 #include "object/sigv4.h"
+#include "testing/fault_injection_transport.h"
 
 namespace ckpt {
 namespace {
@@ -552,6 +554,66 @@ TEST_F(S3StoreTest, PutGetRangeHeadDelete) {
   ASSERT_TRUE(store_->Delete("dir/a b+c").ok());
   EXPECT_EQ(store_->Head("dir/a b+c").status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(store_->Delete("dir/a b+c").ok());
+}
+
+// S3's check of what it receives, in front of moto (which checks neither):
+// a body that does not match its x-amz-checksum-crc32c is refused with 400
+// BadDigest, one that does not match its signed SHA-256 with 400
+// XAmzContentSHA256Mismatch, and nothing is stored.
+class ChecksumCheckingServer final : public HttpTransport {
+ public:
+  explicit ChecksumCheckingServer(std::shared_ptr<HttpTransport> base) : base_(std::move(base)) {}
+  absl::StatusOr<HttpResponse> Send(const HttpRequest& r) override {
+    for (const auto& [name, value] : r.headers) {
+      const bool crc = name == "x-amz-checksum-crc32c" && value != internal::Crc32cBase64(internal::Crc32c(r.body));
+      const bool sha = name == "x-amz-content-sha256" && value != "UNSIGNED-PAYLOAD" &&
+                       value != internal::Sha256Hex(r.body);
+      if (crc || sha) {
+        ++refused_;
+        HttpResponse out;
+        out.status = 400;
+        out.body = absl::StrCat("<Error><Code>", crc ? "BadDigest" : "XAmzContentSHA256Mismatch",
+                                "</Code><Message>the body does not match its checksum</Message></Error>");
+        return out;
+      }
+    }
+    return base_->Send(r);
+  }
+  std::atomic<int> refused_{0};
+
+ private:
+  std::shared_ptr<HttpTransport> base_;
+};
+
+// A body damaged on the way up is refused by a store that checks checksums;
+// the client holds the right bytes and sends them again, for a single PUT
+// (signed payload and CRC32C) and for a part of a multipart upload alike.
+TEST_F(S3StoreTest, ABodyDamagedOnTheWayIsRefusedByTheStoreThenSentAgain) {
+  auto server = std::make_shared<ChecksumCheckingServer>(CurlHttpTransport());
+  auto wire = std::make_shared<testing::FaultInjectionTransport>(server);
+  ObjectStoreOptions options = ckpt::testing::SharedMotoServer().Options();
+  options.transport = wire;
+  options.initial_backoff_ms = 1;
+  auto store = OpenObjectStore("s3://" + bucket_, options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::string data(200000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 13 + 1);
+
+  wire->Arm(0, testing::TransportFault::kCorruptBody);
+  ASSERT_TRUE((*store)->Put("whole", data, {}).ok());
+  EXPECT_TRUE(wire->fired());
+  EXPECT_EQ(server->refused_, 1);
+  EXPECT_EQ(*store_->Get("whole"), data);
+
+  auto id = (*store)->CreateMultipartUpload("parts", {});
+  ASSERT_TRUE(id.ok()) << id.status();
+  wire->Arm(wire->requests(), testing::TransportFault::kCorruptBody);
+  auto part = (*store)->UploadPart("parts", *id, 1, data);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ(server->refused_, 2);
+  const std::vector<UploadedPart> parts = {*part};
+  ASSERT_TRUE((*store)->CompleteMultipartUpload("parts", *id, parts, false).ok());
+  EXPECT_EQ(*store_->Get("parts"), data);
 }
 
 TEST_F(S3StoreTest, MissingKeyErrorNamesBucketKeyStatusAndRequestId) {

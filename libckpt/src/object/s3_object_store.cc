@@ -510,8 +510,12 @@ bool IsThrottled(int status, absl::string_view s3_code) {
 }
 
 bool IsRetryable(int status, absl::string_view s3_code) {
+  // BadDigest (a body that does not match its x-amz-checksum-* or
+  // Content-MD5) and XAmzContentSHA256Mismatch (nor its signed SHA-256): the
+  // checksums were computed from the buffer, which still holds the right
+  // bytes, so they were damaged on the way and sending them again is right.
   return status >= 500 || status == 429 || s3_code == "SlowDown" || s3_code == "RequestTimeout" ||
-         s3_code == "InternalError";
+         s3_code == "InternalError" || s3_code == "BadDigest" || s3_code == "XAmzContentSHA256Mismatch";
 }
 
 std::shared_ptr<ObjectStore> NewS3ObjectStore(std::string bucket, ResolvedConfig config,

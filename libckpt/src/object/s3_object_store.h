@@ -18,7 +18,8 @@ std::shared_ptr<ObjectStore> NewS3ObjectStore(std::string bucket, ResolvedConfig
 // kInvalidArgument, 5xx kUnavailable.
 absl::StatusCode CodeForHttpStatus(int status);
 // Whether a response with this status and S3 error code may succeed when
-// sent again (5xx, 429, SlowDown, RequestTimeout, InternalError).
+// sent again (5xx, 429, SlowDown, RequestTimeout, InternalError, and the
+// refusals of a body damaged on the way: BadDigest, XAmzContentSHA256Mismatch).
 bool IsRetryable(int status, absl::string_view s3_code);
 // Whether it asks for fewer requests (503, 429, SlowDown): the store's
 // RequestWindow then halves what it sends.
