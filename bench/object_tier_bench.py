@@ -6,7 +6,7 @@ saved locally with ckpt. Then, against moto's S3 server on loopback (the same
 server, the same run):
 
   ckpt_upload     `ckpt-retain --keep-last 1 --cold-dir s3://...` moving that
-                  step: every file uploaded (16 MiB parts, 8 streams) and
+                  step: every file uploaded (8 MiB parts, 8 streams) and
                   checked by the ETags moto returns (MD5s: nothing read
                   back), the lease taken and released, the commit marker
                   written and read back, the hot copy removed (the protocol
@@ -17,14 +17,21 @@ server, the same run):
   ckpt_restore    ckpt.load("s3://...") of the step (every tensor checked)
   boto3_restore   boto3's download_fileobj of the same objects into memory
 
-Each item runs --reps times; medians. Prints one JSON line:
+Each side uploads its own copy of the step (the two saved back to back, so
+neither reads files the other just read); the order alternates round by
+round; --reps rounds, medians. The client's CPU time of each upload (this
+process and its children: ckpt-retain) is reported per GiB too: on this
+machine the server shares the two cores, so the CPU a client spends is the
+part of its cost that carries over to a remote bucket. Prints one JSON line:
   {"bench": "object_tier", "bytes": ..., "upload_over_boto3": t_boto3/t_ckpt,
    "restore_over_boto3": ..., "step_slowdown_during_upload": null, ...}
 (>1: ckpt moves the bytes faster than boto3). moto is a Python server and is
 the bottleneck for both; against a real bucket (CKPT_BENCH_S3_URL, not run
 here) the ratios would differ. `step_slowdown_during_upload`: the median time of a CPU
 training step (matmuls) while a Checkpointer with tier= uploads each save
-behind it (2 streams, 64 MiB/s each at most), over the same without a tier.
+behind it (2 streams, 8 MiB/s each at most; `..._at_2x64mib_s`: 64 MiB/s
+each, more than moto takes here, so uncapped in effect), over the same
+without a tier.
 On this machine moto runs on the same cores, so the figure includes the
 server's CPU, which a remote bucket would not cost.
 """
@@ -32,6 +39,7 @@ import argparse
 import io
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -47,10 +55,11 @@ def log(*args):
     print("object_tier_bench:", *args, file=sys.stderr, flush=True)
 
 
-def step_slowdown(a, server, state, ckpt, torch):
-    """A CPU training step (matmuls) timed while saving every 5 steps: once
-    with a plain Checkpointer, once with tier= uploading each save behind it
-    (rate capped). Returns the median step times and their ratio."""
+def step_slowdown(a, server, state, ckpt, torch, rates):
+    """A CPU training step (matmuls) timed while saving every 5 steps: with a
+    plain Checkpointer, then with tier= uploading each save behind it at each
+    per-stream cap of `rates` (2 streams), runs alternating with the plain
+    one. Returns the median step times and their ratios."""
     x = torch.randn(384, 384)
 
     def train(root, **tier):
@@ -66,21 +75,20 @@ def step_slowdown(a, server, state, ckpt, torch):
                     cp.save_async(step, state)
             if tier:
                 cp.wait_tier(timeout=600)
+        shutil.rmtree(root, ignore_errors=True)
         return statistics.median(times[5:])
 
     bucket = f"bench-{uuid.uuid4().hex[:10]}"
     server.stdin.write(f"bucket {bucket}\n")
     server.stdin.flush()
     assert server.stdout.readline().strip() == "ok"
-    rate = 64 << 20
-    base = train(os.path.join(a.dir, "train-plain"))
-    tier = train(os.path.join(a.dir, "train-tier"), tier=f"s3://{bucket}/train", tier_streams=2,
-                 tier_max_upload_rate=rate)
-    if not a.keep:
-        shutil.rmtree(os.path.join(a.dir, "train-plain"), ignore_errors=True)
-        shutil.rmtree(os.path.join(a.dir, "train-tier"), ignore_errors=True)
-    return {"base": round(base, 5), "tier": round(tier, 5), "ratio": round(tier / base, 3),
-            "rate": rate}
+    out = {}
+    for rate in rates:
+        base = train(os.path.join(a.dir, "train-plain"))
+        tier = train(os.path.join(a.dir, "train-tier"), tier=f"s3://{bucket}/train-{rate}", tier_streams=2,
+                     tier_max_upload_rate=rate)
+        out[rate] = {"base": round(base, 5), "tier": round(tier, 5), "ratio": round(tier / base, 3)}
+    return out
 
 
 def main():
@@ -119,48 +127,76 @@ def main():
         state.update({f"norm{i}.b": torch.randn(small) for i in range(200)})
         total = sum(t.numel() * 4 for t in state.values())
         times = {k: [] for k in ("ckpt_upload", "boto3_upload", "ckpt_restore", "boto3_restore")}
+        cpu = {k: [] for k in ("ckpt_upload", "boto3_upload")}
         for rep in range(a.reps):
             bucket = f"bench-{uuid.uuid4().hex[:10]}"
             server.stdin.write(f"bucket {bucket}\n")
             server.stdin.flush()
             assert server.stdout.readline().strip() == "ok"
-            root = os.path.join(a.dir, f"root{rep}")
-            with ckpt.Checkpointer(root) as cp:
-                cp.save_async(1, state)
-                cp.save_async(2, {"x": torch.zeros(1)})
-            step_dir = os.path.join(root, sorted(d for d in os.listdir(root) if d.startswith("step-"))[0])
-            files = sorted(os.listdir(step_dir))
-            # boto3 first (the ckpt run removes the local copy).
-            t = time.perf_counter()
-            for f in files:
-                s3.upload_file(os.path.join(step_dir, f), bucket, f"boto/{f}", Config=transfer)
-            times["boto3_upload"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            out = subprocess.run([retain, "--root", root, "--keep-last", "1", "--cold-dir",
-                                  f"s3://{bucket}/ckpt"], env=env, capture_output=True, text=True)
-            times["ckpt_upload"].append(time.perf_counter() - t)
-            if out.returncode != 0:
-                raise SystemExit(f"ckpt-retain failed: {out.stderr}")
-            t = time.perf_counter()
-            for f in files:
-                buf = io.BytesIO()
-                s3.download_fileobj(bucket, f"boto/{f}", buf, Config=transfer)
-            times["boto3_restore"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            loaded = ckpt.load(f"s3://{bucket}/ckpt", step=1)
-            times["ckpt_restore"].append(time.perf_counter() - t)
-            assert torch.equal(loaded["layer0.w"], state["layer0.w"])
+            # One save per side, back to back, so that neither reads files
+            # the other just read (ckpt-retain also removes its local copy).
+            roots, step_dirs = {}, {}
+            for side in ("ckpt", "boto3"):
+                roots[side] = os.path.join(a.dir, f"{side}{rep}")
+                with ckpt.Checkpointer(roots[side]) as cp:
+                    cp.save_async(1, state)
+                    cp.save_async(2, {"x": torch.zeros(1)})
+                step_dirs[side] = os.path.join(roots[side], sorted(
+                    d for d in os.listdir(roots[side]) if d.startswith("step-"))[0])
+            files = sorted(os.listdir(step_dirs["boto3"]))
+
+            def ckpt_upload():
+                out = subprocess.run([retain, "--root", roots["ckpt"], "--keep-last", "1", "--cold-dir",
+                                      f"s3://{bucket}/ckpt"], env=env, capture_output=True, text=True)
+                if out.returncode != 0:
+                    raise SystemExit(f"ckpt-retain failed: {out.stderr}")
+
+            def boto3_upload():
+                for f in files:
+                    s3.upload_file(os.path.join(step_dirs["boto3"], f), bucket, f"boto/{f}", Config=transfer)
+
+            def ckpt_restore():
+                loaded = ckpt.load(f"s3://{bucket}/ckpt", step=1)
+                assert torch.equal(loaded["layer0.w"], state["layer0.w"])
+
+            def boto3_restore():
+                for f in files:
+                    s3.download_fileobj(bucket, f"boto/{f}", io.BytesIO(), Config=transfer)
+
+            # Alternating order, round by round.
+            ups = [("ckpt_upload", ckpt_upload), ("boto3_upload", boto3_upload)]
+            downs = [("ckpt_restore", ckpt_restore), ("boto3_restore", boto3_restore)]
+            if rep % 2:
+                ups.reverse()
+                downs.reverse()
+            for name, run in ups + downs:
+                c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                p0 = time.process_time()
+                t = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - t)
+                c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if name in cpu:  # this process's CPU and its children's (ckpt-retain)
+                    cpu[name].append(time.process_time() - p0 + c1.ru_utime + c1.ru_stime -
+                                     c0.ru_utime - c0.ru_stime)
             if not a.keep:
-                shutil.rmtree(root, ignore_errors=True)
-        slowdown = step_slowdown(a, server, state, ckpt, torch)
+                for root in roots.values():
+                    shutil.rmtree(root, ignore_errors=True)
+        rates = [8 << 20, 64 << 20]  # per stream, 2 streams
+        slowdown = step_slowdown(a, server, state, ckpt, torch, rates)
         med = {k: statistics.median(v) for k, v in times.items()}
         print(json.dumps({
             "bench": "object_tier", "server": "moto (loopback)", "bytes": total, "reps": a.reps,
             "upload_over_boto3": round(med["boto3_upload"] / med["ckpt_upload"], 3),
             "restore_over_boto3": round(med["boto3_restore"] / med["ckpt_restore"], 3),
-            "step_slowdown_during_upload": slowdown["ratio"],
-            "step_s_no_tier": slowdown["base"], "step_s_with_tier": slowdown["tier"],
-            "tier_max_upload_rate": slowdown["rate"],
+            "step_slowdown_during_upload": slowdown[rates[0]]["ratio"],
+            "step_s_no_tier": slowdown[rates[0]]["base"], "step_s_with_tier": slowdown[rates[0]]["tier"],
+            "tier_max_upload_rate": rates[0],
+            "step_slowdown_during_upload_at_2x64mib_s": slowdown[rates[1]]["ratio"],
+            "upload_client_cpu_over_boto3": round(statistics.median(cpu["ckpt_upload"]) /
+                                                  statistics.median(cpu["boto3_upload"]), 3),
+            "ckpt_upload_cpu_s_per_gib": round(statistics.median(cpu["ckpt_upload"]) * 2**30 / total, 3),
+            "boto3_upload_cpu_s_per_gib": round(statistics.median(cpu["boto3_upload"]) * 2**30 / total, 3),
             "ckpt_upload_mb_s": round(total / 2**20 / med["ckpt_upload"], 1),
             "boto3_upload_mb_s": round(total / 2**20 / med["boto3_upload"], 1),
             "ckpt_restore_mb_s": round(total / 2**20 / med["ckpt_restore"], 1),

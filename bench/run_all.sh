@@ -158,7 +158,7 @@ bench_object_tier() {
   elif ((QUICK)); then
     args+=(--mb=64 --reps=3)
   else
-    args+=(--mb=256 --reps=3)
+    args+=(--mb=256 --reps=5)
   fi
   ((KEEP)) && args+=(--keep)
   PYTHONPATH="$ROOT/torch_ext/python" CKPT_TORCH_EXT_LIB="$BUILD_DIR/torch_ext/_ckpt_torch.so" \
