@@ -54,6 +54,7 @@ max. Ratios:
   replicated_each_over_once        ckpt_2ranks_each over ckpt_2ranks_once
 
     python3 bench/restore_bench.py [--quick] [--rounds N] [--dir DIR] [--keep]
+                                   [--no-chain] [--items LOAD,...]
 
 Prints one JSON line {"bench": "restore", ...}; progress goes to stderr.
 """
@@ -379,6 +380,7 @@ def main():
     ap.add_argument("--dcp-threads", type=int, default=4, help="DCP FileSystemWriter thread_count")
     ap.add_argument("--no-chain", action="store_true", help="skip the 11 chained saves")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--items", help="only these loads (comma-separated; the limits always run)")
     ap.add_argument("--worker-timeout", type=float, default=1800)
     ap.add_argument("--worker", choices=["write", "load", "write_ranks", "load_ranks"], help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
@@ -411,7 +413,12 @@ def main():
                       (["--no-chain"] if args.no_chain else []), args.worker_timeout)
         r.update({k: written[k] for k in ("bytes", "tensors", "ckpt_file_bytes", "dcp_file_bytes",
                                           "ranks_file_bytes")})
-        items = LIMITS + DCP_LIMITS + [i for i in LOADS if not (args.no_chain and i == "ckpt_newest_of_11_into")]
+        wanted = LOADS if not args.items else args.items.split(",")
+        unknown = sorted(set(wanted) - set(LOADS))
+        if unknown:
+            raise SystemExit(f"--items: no such load {unknown}; the loads are {LOADS}")
+        items = LIMITS + DCP_LIMITS + [i for i in LOADS if i in wanted and not (
+            args.no_chain and i == "ckpt_newest_of_11_into")]
         times = {i: [] for i in items}
         limit_s, drops, orders = [], {i: set() for i in items}, []
         ranks_read = {i: [] for i in RANKS}
@@ -459,7 +466,8 @@ def main():
         "compressed_load_over_raw": over(med.get("ckpt_compressed_into"), med.get("ckpt_load_into")),
         "newest_of_11_restore_over_full": over(med.get("ckpt_newest_of_11_into"), med.get("ckpt_load_into")),
         "replicated_bytes_read_over_size": over(statistics.median(
-            [sum(x["bytes_read"]) for x in ranks_read["ckpt_2ranks_once"]]), written["ranks_file_bytes"]),
+            [sum(x["bytes_read"]) for x in ranks_read["ckpt_2ranks_once"]]), written["ranks_file_bytes"])
+        if ranks_read["ckpt_2ranks_once"] else None,
         "replicated_two_ranks_over_one": over(med.get("ckpt_2ranks_once"), med.get("ckpt_load_into")),
         "replicated_each_over_once": over(med.get("ckpt_2ranks_each"), med.get("ckpt_2ranks_once")),
         "ranks_bytes": {i: [{k: x[k] for k in ("bytes_read", "bytes_received", "storage_read_bytes")}
