@@ -146,15 +146,13 @@ def test_tier_arguments_are_checked(root):
 
 
 def test_upload_behind_the_save_stores_objects_in_the_storage_class_asked_for(root, bucket_url):
-    import boto3
     w = torch.randn(3 << 20)  # 12 MiB: a multipart upload of 5 MiB parts
     with ckpt.Checkpointer(root, tier=bucket_url, tier_part_bytes=5 << 20,
                            tier_storage_class="STANDARD_IA") as cp:
         cp.save_async(1, {"w": w, "b": torch.ones(3)})
         assert cp.wait_tier(timeout=120)
         assert cp.tier_status(1)["state"] == "durable", cp.tier_status(1)
-    bucket, prefix = bucket_url[len("s3://"):].split("/", 1)
-    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    s3, bucket, prefix = _client_of(bucket_url)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]]
     data = [k for k in keys if "/step-" in k and not k.endswith(".commit")]  # the step's objects, no marker
     assert any(s3.head_object(Bucket=bucket, Key=k)["ContentLength"] > 5 << 20 for k in data), keys
@@ -170,12 +168,17 @@ def _aws_env():
                                        "AWS_REGION")}
 
 
+def _client_of(url):
+    """(a boto3 client of the test's moto server, bucket, prefix) of `url`."""
+    import boto3
+    bucket, prefix = url[len("s3://"):].split("/", 1)
+    return boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1"), bucket, prefix
+
+
 def _marker(url, step):
     """The commit marker of `step` under `url` (moto, through boto3), or None."""
-    import boto3
     import botocore
-    bucket, prefix = url[len("s3://"):].split("/", 1)
-    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    s3, bucket, prefix = _client_of(url)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/").get("Contents", [])]
     marker = [k for k in keys if k == f"{prefix}/step-{step:020d}.commit"]  # ckpt/object_tier.h's MarkerKey
     try:

@@ -32,7 +32,7 @@ struct RetentionPolicy {
   // with an s3:// root, the root's store).
   int upload_streams = PublishOptions{}.streams;
   uint64_t upload_part_bytes = PublishOptions{}.part_bytes;
-  bool upload_read_back = false;  // `PublishOptions::read_back`
+  bool upload_read_back = PublishOptions{}.read_back;
   std::string upload_storage_class;  // `PublishOptions::storage_class`
   int64_t max_upload_bytes_per_second = 0;
   absl::Duration lease_duration = absl::Hours(6);

@@ -79,7 +79,8 @@ std::tuple<int64_t, int64_t, bool> PublishCheckpointOp(std::string root, int64_t
                                     absl::StrCat("ckpt Checkpointer pid ", getpid(), " for ", root),
                                     absl::Hours(1));
   ThrowIfError(lease.status(), what);
-  auto stats = PublishCheckpoint(root, step, *opened.store, opened.url.prefix, Publishing(streams, part_bytes, std::move(storage_class)));
+  auto stats = PublishCheckpoint(root, step, *opened.store, opened.url.prefix,
+                                 Publishing(streams, part_bytes, std::move(storage_class)));
   ThrowIfError(stats.status(), what);
   return {static_cast<int64_t>(stats->files), static_cast<int64_t>(stats->bytes), stats->already_there};
 }
