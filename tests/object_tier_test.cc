@@ -2,6 +2,7 @@
 // restoring straight from the bucket, bit-identical to the local restore.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -576,6 +577,46 @@ TEST_F(ObjectTierTest, LeaseAdmitsOneJobAndIsTakenOverWhenExpired) {
   ASSERT_TRUE(third.ok()) << third.status();
   auto fourth = ObjectLease::Acquire(store_, "runs/a", "job four", absl::Minutes(1));
   ASSERT_TRUE(fourth.ok()) << "an expired lease is taken over: " << fourth.status();
+}
+
+// An older store that ignores `If-None-Match: *` (here: the header dropped
+// on the way to moto) would let a second job take a held lease: Acquire
+// finds out by creating the lease twice, releases it and refuses, saying
+// why and what to do; CKPT_S3_UNCONDITIONAL_LEASE=1 makes it a warning.
+class DropsConditions final : public HttpTransport {
+ public:
+  absl::StatusOr<HttpResponse> Send(const HttpRequest& r) override {
+    HttpRequest copy = r;
+    std::erase_if(copy.headers, [](const auto& h) { return h.first == "if-none-match"; });
+    return base_->Send(copy);
+  }
+
+ private:
+  std::shared_ptr<HttpTransport> base_ = CurlHttpTransport();
+};
+
+TEST_F(ObjectTierTest, AStoreThatIgnoresConditionalWritesIsRefusedTheLease) {
+  ObjectStoreOptions options = testing::SharedMotoServer().Options();
+  options.transport = std::make_shared<DropsConditions>();
+  auto old_store = OpenObjectStore(url_, options);
+  ASSERT_TRUE(old_store.ok()) << old_store.status();
+  unsetenv("CKPT_S3_UNCONDITIONAL_LEASE");
+  auto refused = ObjectLease::Acquire(*old_store, "runs/a", "job one", absl::Minutes(10));
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "ignored `If-None-Match: *`")) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "CKPT_S3_UNCONDITIONAL_LEASE=1")) << refused.status();
+  EXPECT_EQ(store_->Head("runs/a/.ckpt-retain.lease").status().code(), absl::StatusCode::kNotFound)
+      << "the lease taken on the way is released";
+
+  setenv("CKPT_S3_UNCONDITIONAL_LEASE", "1", 1);
+  auto allowed = ObjectLease::Acquire(*old_store, "runs/a", "job one", absl::Minutes(10));
+  unsetenv("CKPT_S3_UNCONDITIONAL_LEASE");
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_TRUE(store_->Head("runs/a/.ckpt-retain.lease").ok());
+  allowed->reset();
+  // A store that honours the condition passes the check (one request more).
+  auto held = ObjectLease::Acquire(store_, "runs/a", "job two", absl::Minutes(10));
+  ASSERT_TRUE(held.ok()) << held.status();
 }
 
 // Opt-in: against a real bucket (AWS, MinIO, Ceph, R2, GCS XML) when

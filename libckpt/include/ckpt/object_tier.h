@@ -176,6 +176,14 @@ absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(
 // `duration` more every `duration` / 3, as long as it is still ours), so a
 // job longer than `duration` keeps it; a live job's lease never expires.
 // Deleted when this object is destroyed.
+//
+// A store that ignores `If-None-Match: *` (older Ceph and MinIO releases)
+// would let two jobs hold the lease at once. So a lease just created is
+// created once more, conditionally: a store that honours the condition
+// refuses (412), one that does not accepts it, and then Acquire releases the
+// lease and fails with kFailedPrecondition saying so -- unless the
+// environment sets CKPT_S3_UNCONDITIONAL_LEASE=1 (the operator keeps jobs
+// apart by other means), which makes it a warning.
 class ObjectLease {
  public:
   // kUnavailable naming the holder and its expiry while another job holds it.

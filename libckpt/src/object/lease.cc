@@ -1,4 +1,5 @@
 // ObjectLease and ReclaimObjectOrphans (ckpt/object_tier.h).
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <thread>
@@ -34,6 +35,41 @@ std::string LeaseBody(absl::string_view owner, const std::string& nonce, absl::T
   j["nonce"] = nonce;
   j["expires_unix_ns"] = absl::ToUnixNanos(expires);
   return j.dump();
+}
+
+// After creating `key` with `body` conditionally: creates it once more with
+// `If-None-Match: *`, which a store that honours the condition refuses. One
+// that accepts it cannot keep two jobs apart: the lease just taken is
+// released and the error says so (a warning with CKPT_S3_UNCONDITIONAL_LEASE=1).
+absl::Status CheckConditionalWrites(ObjectStore& store, const std::string& key, const std::string& body) {
+  auto release = [&] {
+    if (absl::Status s = store.Delete(key); !s.ok()) {
+      Log(LogLevel::kWarning, absl::StrCat("releasing lease ", key, ": ", s.message()));
+    }
+  };
+  auto again = store.Put(key, body, {true, {}});
+  if (absl::IsAlreadyExists(again.status())) return absl::OkStatus();
+  if (!again.ok()) {
+    // Not known either way: the job stops, and does not keep the lease for
+    // its whole duration.
+    release();
+    return again.status();
+  }
+  const std::string what = absl::StrCat(
+      "s3://", store.bucket(), "/", key, ": ", store.Describe(),
+      " ignored `If-None-Match: *` (a second conditional create of the lease succeeded), so it cannot "
+      "keep two jobs from working on one prefix at once, nor one commit marker from replacing another");
+  const char* allow = std::getenv("CKPT_S3_UNCONDITIONAL_LEASE");
+  if (allow != nullptr && std::string(allow) == "1") {
+    Log(LogLevel::kWarning, absl::StrCat(what, "; going on (CKPT_S3_UNCONDITIONAL_LEASE=1): one job per "
+                                               "prefix is up to you"));
+    return absl::OkStatus();
+  }
+  release();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ". Use a store that honours conditional writes (AWS S3, Cloudflare R2, current MinIO, Ceph RGW "
+            "19 and later), or, if you keep one job per prefix by other means, set "
+            "CKPT_S3_UNCONDITIONAL_LEASE=1"));
 }
 
 }  // namespace
@@ -131,7 +167,10 @@ absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_pt
   };
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto put = store->Put(key, body, {true, {}});
-    if (put.ok()) return held_by_us();
+    if (put.ok()) {
+      CKPT_RETURN_IF_ERROR(CheckConditionalWrites(*store, key, body));
+      return held_by_us();
+    }
     if (!absl::IsAlreadyExists(put.status())) return put.status();
     auto held = store->Get(key);
     if (!held.ok()) {
