@@ -1,10 +1,12 @@
 // The S3 client: SigV4 against AWS's published examples, CRC32C, XML,
 // configuration, and every ObjectStore call against moto's S3 server.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <thread>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -243,13 +245,17 @@ class CredentialServices final : public HttpTransport {
       seen_.push_back(r.method + " " + r.url);
       for (const auto& [k, v] : r.headers) {
         if (k == "x-amz-security-token") tokens_.push_back(v);
-        if (k == "x-aws-ec2-metadata-token" || k == "authorization") auth_.push_back(v);
+        if (k == "x-aws-ec2-metadata-token" || k == "authorization" || k == "x-amz-sso_bearer_token") {
+          auth_.push_back(v);
+        }
       }
       // One fetch: one answer with credentials.
       if (r.url == "http://imds.test/latest/meta-data/iam/security-credentials/trainer-role" ||
-          r.url == "http://sts.test/" || r.url == "http://ecs.test/creds") {
+          r.url == "http://sts.test/" || r.url == "http://ecs.test/creds" ||
+          absl::StartsWith(r.url, "http://sso.test/federation/credentials?")) {
         ++fetches_;
         body_ = std::string(r.body.begin(), r.body.end());
+        bodies_.push_back(body_);
       }
     }
     HttpResponse out;
@@ -266,6 +272,16 @@ class CredentialServices final : public HttpTransport {
       out.body = json;
     } else if (r.url == "http://ecs.test/creds") {
       out.body = json;
+    } else if (absl::StartsWith(r.url, "http://sso.test/federation/credentials?")) {
+      out.body = absl::StrCat(R"({"roleCredentials": {"accessKeyId": "S)", fetches_,
+                              R"(", "secretAccessKey": "testing", "sessionToken": "SSO)", fetches_,
+                              R"(", "expiration": )", absl::ToUnixMillis(absl::Now() + lifetime_), "}}");
+    } else if (r.url == "http://sts.test/" && absl::StrContains(body_, "Action=AssumeRole&")) {
+      out.body = absl::StrCat(
+          "<AssumeRoleResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><AssumeRoleResult>"
+          "<Credentials><AccessKeyId>R", fetches_, "</AccessKeyId><SecretAccessKey>testing</SecretAccessKey>"
+          "<SessionToken>A", fetches_, "</SessionToken><Expiration>", expires,
+          "</Expiration></Credentials></AssumeRoleResult></AssumeRoleResponse>");
     } else if (r.url == "http://sts.test/") {
       out.body = absl::StrCat(
           "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
@@ -281,7 +297,7 @@ class CredentialServices final : public HttpTransport {
     return out;
   }
   std::mutex mu_;
-  std::vector<std::string> seen_, tokens_, auth_;
+  std::vector<std::string> seen_, tokens_, auth_, bodies_;
   std::string body_;
   int fetches_ = 0;
   absl::Duration lifetime_ = absl::Hours(1);
@@ -327,6 +343,171 @@ TEST_F(ConfigTest, WebIdentityComesBeforeTheProfileAndReadsTheTokenEachTime) {
   WriteFile("token5", "eyJ.rotated\n");  // the platform rotates the file
   ASSERT_TRUE(c->fetch_credentials(services).ok());
   EXPECT_TRUE(absl::StrContains(services.body_, "WebIdentityToken=eyJ.rotated")) << services.body_;
+}
+
+// A profile with role_arn and source_profile (a cross-account role, as
+// `aws configure` writes it): STS AssumeRole signed for "sts" with the source
+// profile's keys; a role whose source is itself a role is a chain, each link
+// signed with the credentials of the one before.
+TEST_F(ConfigTest, RoleOfAProfileIsAssumedWithItsSourceProfilesKeysAndChains) {
+  env_["HOME"] = "/nonexistent";
+  env_["AWS_PROFILE"] = "trainer";
+  env_["AWS_ENDPOINT_URL_STS"] = "http://sts.test";
+  env_["AWS_REGION"] = "eu-west-1";
+  env_["AWS_CONFIG_FILE"] = WriteFile(
+      "config-role",
+      "[profile trainer]\nrole_arn = arn:aws:iam::222222222222:role/checkpoints\nsource_profile = hub\n"
+      "external_id = team-7\nduration_seconds = 7200\nrole_session_name = run-42\n"
+      "[profile hub]\nrole_arn = arn:aws:iam::111111111111:role/hub\nsource_profile = base\n"
+      "[profile base]\naws_access_key_id = BASEKEY\naws_secret_access_key = BASESECRET\n"
+      "[profile self]\nrole_arn = arn:aws:iam::3:role/self\nsource_profile = self\n"
+      "aws_access_key_id = SELFKEY\naws_secret_access_key = SELFSECRET\n");
+  auto c = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->fetch_credentials != nullptr);
+  EXPECT_TRUE(absl::StrContains(c->credentials_source, "arn:aws:iam::222222222222:role/checkpoints"))
+      << c->credentials_source;
+  CredentialServices services;
+  auto got = c->fetch_credentials(services);
+  ASSERT_TRUE(got.ok()) << got.status();
+  // Two requests: hub's role with base's keys, then trainer's with hub's.
+  ASSERT_EQ(services.bodies_.size(), 2u);
+  EXPECT_TRUE(absl::StrContains(services.bodies_[0], "RoleArn=arn%3Aaws%3Aiam%3A%3A111111111111%3Arole%2Fhub"))
+      << services.bodies_[0];
+  EXPECT_TRUE(absl::StrContains(services.bodies_[1], "Action=AssumeRole&")) << services.bodies_[1];
+  EXPECT_TRUE(absl::StrContains(services.bodies_[1], "RoleArn=arn%3Aaws%3Aiam%3A%3A222222222222%3Arole%2Fcheckpoints"))
+      << services.bodies_[1];
+  EXPECT_TRUE(absl::StrContains(services.bodies_[1], "RoleSessionName=run-42")) << services.bodies_[1];
+  EXPECT_TRUE(absl::StrContains(services.bodies_[1], "ExternalId=team-7")) << services.bodies_[1];
+  EXPECT_TRUE(absl::StrContains(services.bodies_[1], "DurationSeconds=7200")) << services.bodies_[1];
+  ASSERT_EQ(services.auth_.size(), 2u);
+  EXPECT_TRUE(absl::StartsWith(services.auth_[0], "AWS4-HMAC-SHA256 Credential=BASEKEY/")) << services.auth_[0];
+  EXPECT_TRUE(absl::StrContains(services.auth_[0], "/eu-west-1/sts/aws4_request")) << services.auth_[0];
+  EXPECT_TRUE(absl::StartsWith(services.auth_[1], "AWS4-HMAC-SHA256 Credential=R1/")) << services.auth_[1];
+  EXPECT_EQ(services.tokens_, (std::vector<std::string>{"A1"})) << "the second link carries the first's token";
+  EXPECT_EQ(got->credentials.access_key_id, "R2");
+  EXPECT_EQ(got->credentials.session_token, "A2");
+  EXPECT_TRUE(got->expires.has_value());
+
+  // source_profile naming the profile itself: its own keys.
+  env_["AWS_PROFILE"] = "self";
+  auto self = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(self.ok()) << self.status();
+  CredentialServices services2;
+  ASSERT_TRUE(self->fetch_credentials(services2).ok());
+  ASSERT_EQ(services2.auth_.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(services2.auth_[0], "AWS4-HMAC-SHA256 Credential=SELFKEY/")) << services2.auth_[0];
+}
+
+// A profile `aws configure sso` wrote: the token `aws sso login` cached under
+// ~/.aws/sso/cache/<sha1 of the session name>.json is exchanged at the portal
+// for the role's credentials; the older form keys the cache by the start URL.
+// An expired login says to log in again, before any request.
+TEST_F(ConfigTest, SsoProfileUsesTheCachedLoginAndSaysToLogInWhenItExpired) {
+  const std::string home = ::testing::TempDir() + "sso-home";
+  std::filesystem::remove_all(home);  // no login left by an earlier run
+  std::filesystem::create_directories(home + "/.aws/sso/cache");
+  env_["HOME"] = home;
+  env_["AWS_PROFILE"] = "research";
+  env_["AWS_ENDPOINT_URL_SSO"] = "http://sso.test";
+  env_["AWS_CONFIG_FILE"] = WriteFile(
+      "config-sso",
+      "[profile research]\nsso_session = my-sso\nsso_account_id = 123456789012\n"
+      "sso_role_name = Trainer\nregion = eu-west-1\n"
+      "[sso-session my-sso]\nsso_region = eu-west-1\nsso_start_url = https://example.awsapps.com/start\n"
+      "[profile legacy]\nsso_start_url = https://example.awsapps.com/start\nsso_region = us-east-1\n"
+      "sso_account_id = 210987654321\nsso_role_name = Reader\n"
+      "[profile chained]\nrole_arn = arn:aws:iam::333333333333:role/ckpt\nsource_profile = research\n");
+  auto login = [&](const std::string& cache_key_sha1, const std::string& token, absl::Time expires) {
+    std::ofstream(home + "/.aws/sso/cache/" + cache_key_sha1 + ".json")
+        << R"({"startUrl": "https://example.awsapps.com/start", "region": "eu-west-1", "accessToken": ")" << token
+        << R"(", "expiresAt": ")" << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", expires, absl::UTCTimeZone())
+        << "\"}";
+  };
+  // sha1("my-sso") and sha1("https://example.awsapps.com/start"), from Python's hashlib.
+  const std::string session_file = "0ad374308c5a4e22f723adf10145eafad7c4031c";
+  const std::string start_url_file = "e8be5486177c5b5392bd9aa76563515b29358e6e";
+  auto missing = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  CredentialServices none;
+  auto not_logged_in = missing->fetch_credentials(none);
+  EXPECT_EQ(not_logged_in.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(not_logged_in.status().message(), "aws sso login --profile research"))
+      << not_logged_in.status();
+  EXPECT_TRUE(none.seen_.empty());
+
+  login(session_file, "session-token", absl::Now() + absl::Hours(8));
+  auto c = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(c.ok()) << c.status();
+  CredentialServices services;
+  auto got = c->fetch_credentials(services);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(services.seen_,
+            (std::vector<std::string>{"GET http://sso.test/federation/credentials?account_id=123456789012&role_name=Trainer"}));
+  EXPECT_EQ(services.auth_, (std::vector<std::string>{"session-token"}));
+  EXPECT_EQ(got->credentials.access_key_id, "S1");
+  EXPECT_EQ(got->credentials.session_token, "SSO1");
+  ASSERT_TRUE(got->expires.has_value());
+  EXPECT_GT(*got->expires, absl::Now() + absl::Minutes(50));
+
+  // A role whose source_profile is the SSO profile: signed with its credentials.
+  env_["AWS_PROFILE"] = "chained";
+  env_["AWS_ENDPOINT_URL_STS"] = "http://sts.test";
+  auto chained = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(chained.ok()) << chained.status();
+  CredentialServices services3;
+  auto role = chained->fetch_credentials(services3);
+  ASSERT_TRUE(role.ok()) << role.status();
+  ASSERT_EQ(services3.auth_.size(), 2u);
+  EXPECT_EQ(services3.auth_[0], "session-token");
+  EXPECT_TRUE(absl::StartsWith(services3.auth_[1], "AWS4-HMAC-SHA256 Credential=S1/")) << services3.auth_[1];
+  EXPECT_EQ(services3.tokens_, (std::vector<std::string>{"SSO1"}));
+
+  // The older form: the cache is keyed by the start URL.
+  env_["AWS_PROFILE"] = "legacy";
+  login(start_url_file, "legacy-token", absl::Now() - absl::Minutes(1));  // expired
+  auto legacy = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  CredentialServices services4;
+  auto expired = legacy->fetch_credentials(services4);
+  EXPECT_EQ(expired.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(expired.status().message(), "expired")) << expired.status();
+  EXPECT_TRUE(absl::StrContains(expired.status().message(), "aws sso login --profile legacy")) << expired.status();
+  login(start_url_file, "legacy-token", absl::Now() + absl::Hours(1));
+  auto fresh = legacy->fetch_credentials(services4);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(services4.seen_,
+            (std::vector<std::string>{"GET http://sso.test/federation/credentials?account_id=210987654321&role_name=Reader"}));
+  EXPECT_EQ(services4.auth_, (std::vector<std::string>{"legacy-token"}));
+}
+
+// What a job cannot use is refused when the store opens, naming the profile
+// and what to do, before any request.
+TEST_F(ConfigTest, RoleProfilesAJobCannotUseAreRefusedSayingWhy) {
+  env_["HOME"] = "/nonexistent";
+  env_["AWS_ENDPOINT_URL_STS"] = "http://sts.test";
+  auto refused = [&](const std::string& profile, const std::string& config) {
+    env_["AWS_PROFILE"] = profile;
+    env_["AWS_CONFIG_FILE"] = WriteFile("config-bad-role", config);
+    return internal::ResolveConfig({}, Lookup()).status();
+  };
+  absl::Status mfa = refused("p", "[profile p]\nrole_arn = arn:r\nsource_profile = b\nmfa_serial = arn:mfa\n"
+                                  "[profile b]\naws_access_key_id = K\naws_secret_access_key = S\n");
+  EXPECT_EQ(mfa.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(mfa.message(), "mfa_serial")) << mfa;
+  absl::Status empty = refused("p", "[profile p]\nrole_arn = arn:r\nsource_profile = b\n[profile b]\nregion = x\n");
+  EXPECT_TRUE(absl::StrContains(empty.message(), "source_profile \"b\" has no aws_access_key_id")) << empty;
+  absl::Status loop = refused("p", "[profile p]\nrole_arn = arn:r\nsource_profile = q\n"
+                                   "[profile q]\nrole_arn = arn:s\nsource_profile = p\n");
+  EXPECT_TRUE(absl::StrContains(loop.message(), "loops back")) << loop;
+  absl::Status source = refused("p", "[profile p]\nrole_arn = arn:r\ncredential_source = Laptop\n");
+  EXPECT_EQ(source.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(source.message(), "Environment, Ec2InstanceMetadata, EcsContainer")) << source;
+  absl::Status env_missing = refused("p", "[profile p]\nrole_arn = arn:r\ncredential_source = Environment\n");
+  EXPECT_TRUE(absl::StrContains(env_missing.message(), "AWS_ACCESS_KEY_ID")) << env_missing;
+  absl::Status duration = refused("p", "[profile p]\nrole_arn = arn:r\ncredential_source = Ec2InstanceMetadata\n"
+                                       "duration_seconds = 60\n");
+  EXPECT_TRUE(absl::StrContains(duration.message(), "duration_seconds")) << duration;
 }
 
 TEST_F(ConfigTest, ContainerCredentialsWithTheirAuthorizationToken) {
@@ -532,6 +713,43 @@ TEST(S3StoreCredentialsTest, FetchedCredentialsAreUsedAndRefreshedBeforeTheyExpi
   ASSERT_TRUE(store->Get("k1").ok());
   EXPECT_EQ(services->fetches_, 3);
   EXPECT_EQ(services->tokens_.back(), "T3");
+}
+
+// The role of a profile assumed at a real STS (moto's, on the same server as
+// its S3): the store's requests carry the role's session credentials.
+TEST(S3StoreCredentialsTest, ARoleOfTheProfileIsAssumedAtStsAndItsCredentialsUsed) {
+  ObjectStoreOptions options = ckpt::testing::SharedMotoServer().Options();
+  options.credentials.reset();
+  auto services = std::make_shared<CredentialServices>(CurlHttpTransport());
+  options.transport = services;
+  const std::string config = ::testing::TempDir() + "config-moto-role";
+  std::ofstream(config) << "[profile trainer]\nrole_arn = arn:aws:iam::123456789012:role/checkpoints\n"
+                           "source_profile = base\nrole_session_name = ckpt-test\n"
+                           "[profile base]\naws_access_key_id = testing\naws_secret_access_key = testing\n";
+  std::map<std::string, std::string> env = {{"HOME", "/nonexistent"},
+                                            {"AWS_PROFILE", "trainer"},
+                                            {"AWS_CONFIG_FILE", config},
+                                            {"AWS_ENDPOINT_URL", ckpt::testing::SharedMotoServer().endpoint()}};
+  auto resolved = internal::ResolveConfig(options, [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  const std::string bucket = ckpt::testing::NewTestBucket();
+  std::shared_ptr<ObjectStore> store = internal::NewS3ObjectStore(bucket, *resolved, options);
+  const std::string value = "written with the role's credentials";
+  ASSERT_TRUE(store->Put("k", value, {false, {}}).ok());
+  auto back = store->Get("k");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, value);
+  // Every S3 request carried the session token STS handed out (the base
+  // profile has none), and STS was asked once.
+  ASSERT_EQ(services->tokens_.size(), 2u);
+  EXPECT_FALSE(services->tokens_[0].empty());
+  EXPECT_EQ(services->tokens_[0], services->tokens_[1]);
+  EXPECT_EQ(std::count_if(services->seen_.begin(), services->seen_.end(),
+                          [](const std::string& s) { return absl::StartsWith(s, "POST "); }),
+            1);
 }
 
 TEST_F(S3StoreTest, PutGetRangeHeadDelete) {

@@ -98,7 +98,10 @@ struct ObjectStoreOptions {
   // Empty: taken the way the AWS tools take them. Credentials from
   // `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`, else the
   // profile (`AWS_PROFILE`, else "default") of `AWS_SHARED_CREDENTIALS_FILE`
-  // (~/.aws/credentials) and `AWS_CONFIG_FILE` (~/.aws/config); where none is
+  // (~/.aws/credentials) and `AWS_CONFIG_FILE` (~/.aws/config): its keys,
+  // its role (`role_arn` + `source_profile`/`credential_source`, assumed at
+  // STS), its IAM Identity Center login (`sso_session`), its
+  // `credential_process`; where none is
   // set, fetched (and refreshed before they expire) from a web identity
   // (`AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN`, checked before the
   // profile), the container credentials endpoint, or EC2 instance metadata

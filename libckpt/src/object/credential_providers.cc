@@ -1,12 +1,15 @@
 #include "object/credential_providers.h"
 
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+#include <openssl/sha.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "object/s3_xml.h"
@@ -70,7 +73,8 @@ absl::StatusOr<FetchedCredentials> ParseCredentialsJson(const std::string& body,
 std::optional<absl::Time> ParseIso8601(const std::string& text) {
   absl::Time t;
   std::string err;
-  for (const char* format : {"%Y-%m-%dT%H:%M:%E*SZ", "%Y-%m-%dT%H:%M:%E*S%Ez"}) {
+  // The last: older AWS CLIs' SSO token cache ("2026-12-07T12:00:00UTC").
+  for (const char* format : {"%Y-%m-%dT%H:%M:%E*SZ", "%Y-%m-%dT%H:%M:%E*S%Ez", "%Y-%m-%dT%H:%M:%E*SUTC"}) {
     if (absl::ParseTime(format, text, &t, &err)) return t;
   }
   return std::nullopt;
@@ -107,6 +111,121 @@ CredentialsFetcher WebIdentityCredentials(std::string sts_endpoint, std::string 
     f.credentials.session_token = creds->ChildText("SessionToken");
     f.expires = ParseIso8601(creds->ChildText("Expiration"));
     return f;
+  };
+}
+
+CredentialsFetcher AssumeRoleCredentials(AssumeRoleRequest request, CredentialsFetcher source) {
+  return [request = std::move(request), source = std::move(source)](
+             HttpTransport& transport) -> absl::StatusOr<FetchedCredentials> {
+    const std::string what = absl::StrCat("role credentials (STS AssumeRole for ", request.role_arn, ")");
+    auto from = source(transport);
+    if (!from.ok()) {
+      return absl::Status(from.status().code(),
+                          absl::StrCat(what, ": its source credentials: ", from.status().message()));
+    }
+    std::string body = absl::StrCat("Action=AssumeRole&Version=2011-06-15&RoleArn=",
+                                    UriEncode(request.role_arn, true),
+                                    "&RoleSessionName=", UriEncode(request.session_name, true));
+    if (!request.external_id.empty()) {
+      absl::StrAppend(&body, "&ExternalId=", UriEncode(request.external_id, true));
+    }
+    if (request.duration_seconds > 0) absl::StrAppend(&body, "&DurationSeconds=", request.duration_seconds);
+    const size_t scheme_end = request.sts_endpoint.find("://");
+    const std::string host =
+        scheme_end == std::string::npos ? request.sts_endpoint : request.sts_endpoint.substr(scheme_end + 3);
+    const std::string date = AmzDate(static_cast<int64_t>(time(nullptr)));
+    const std::string payload = Sha256Hex(std::span<const char>(body.data(), body.size()));
+    SigningInput signing{"POST", host, "/", {}, {}, payload};
+    signing.headers = {{"content-type", "application/x-www-form-urlencoded; charset=utf-8"},
+                       {"x-amz-date", date},
+                       {"x-amz-content-sha256", payload}};
+    if (!from->credentials.session_token.empty()) {
+      signing.headers.emplace_back("x-amz-security-token", from->credentials.session_token);
+    }
+    HttpRequest http = Quick("POST", absl::StrCat(request.sts_endpoint, "/"));
+    http.headers = signing.headers;
+    http.headers.emplace_back("accept", "application/xml");
+    http.headers.emplace_back("authorization", SignV4(signing, from->credentials, request.region, "sts", date));
+    http.body = std::span<const char>(body.data(), body.size());
+    http.timeout_seconds = 30;
+    auto answer = Body(transport, http, what);
+    if (!answer.ok()) return answer.status();
+    auto xml = ParseXml(*answer, what);
+    if (!xml.ok()) return xml.status();
+    const XmlNode* result = xml->Child("AssumeRoleResult");
+    const XmlNode* creds = result != nullptr ? result->Child("Credentials") : nullptr;
+    if (creds == nullptr || creds->ChildText("AccessKeyId").empty()) {
+      return absl::DataLossError(absl::StrCat(what, ": no Credentials in the answer"));
+    }
+    FetchedCredentials f;
+    f.credentials.access_key_id = creds->ChildText("AccessKeyId");
+    f.credentials.secret_access_key = creds->ChildText("SecretAccessKey");
+    f.credentials.session_token = creds->ChildText("SessionToken");
+    f.expires = ParseIso8601(creds->ChildText("Expiration"));
+    return f;
+  };
+}
+
+std::string Sha1Hex(absl::string_view text) {
+  unsigned char digest[SHA_DIGEST_LENGTH];
+  SHA1(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
+}
+
+CredentialsFetcher SsoCredentials(SsoRequest request) {
+  return [request = std::move(request)](HttpTransport& transport) -> absl::StatusOr<FetchedCredentials> {
+    const std::string what = absl::StrCat("SSO credentials (role ", request.role_name, " in account ",
+                                          request.account_id, ")");
+    const std::string login = absl::StrCat("run `", request.login_command, "` and try again");
+    std::ifstream in(request.cache_file);
+    if (!in) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": no SSO login cached (", request.cache_file, " is missing): ", login));
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json cached = nlohmann::json::parse(text.str(), nullptr, false);
+    if (!cached.is_object() || !cached.contains("accessToken") || !cached["accessToken"].is_string()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": ", request.cache_file, " holds no accessToken: ", login));
+    }
+    const std::string expires_at =
+        cached.contains("expiresAt") && cached["expiresAt"].is_string() ? cached["expiresAt"].get<std::string>() : "";
+    std::optional<absl::Time> token_expires = ParseIso8601(expires_at);
+    if (!token_expires.has_value() || *token_expires <= absl::Now()) {
+      return absl::FailedPreconditionError(absl::StrCat(what, ": the SSO login cached in ", request.cache_file,
+                                                        " expired (expiresAt ", expires_at, "): ", login));
+    }
+    HttpRequest http = Quick("GET", absl::StrCat(request.portal_endpoint, "/federation/credentials?account_id=",
+                                                 UriEncode(request.account_id, true),
+                                                 "&role_name=", UriEncode(request.role_name, true)));
+    http.headers = {{"x-amz-sso_bearer_token", cached["accessToken"].get<std::string>()}};
+    http.timeout_seconds = 30;
+    auto answer = Body(transport, http, what);
+    if (!answer.ok()) return answer.status();
+    nlohmann::json j = nlohmann::json::parse(*answer, nullptr, false);
+    const nlohmann::json* role = j.is_object() && j.contains("roleCredentials") ? &j["roleCredentials"] : nullptr;
+    if (role == nullptr || !role->is_object() || !role->contains("accessKeyId") ||
+        !(*role)["accessKeyId"].is_string() || !role->contains("secretAccessKey") ||
+        !(*role)["secretAccessKey"].is_string()) {
+      return absl::DataLossError(absl::StrCat(what, ": no roleCredentials in the portal's answer"));
+    }
+    FetchedCredentials f;
+    f.credentials.access_key_id = (*role)["accessKeyId"].get<std::string>();
+    f.credentials.secret_access_key = (*role)["secretAccessKey"].get<std::string>();
+    if (role->contains("sessionToken") && (*role)["sessionToken"].is_string()) {
+      f.credentials.session_token = (*role)["sessionToken"].get<std::string>();
+    }
+    if (role->contains("expiration") && (*role)["expiration"].is_number_integer()) {
+      f.expires = absl::FromUnixMillis((*role)["expiration"].get<int64_t>());  // milliseconds
+    }
+    return f;
+  };
+}
+
+CredentialsFetcher FixedCredentials(ObjectCredentials credentials) {
+  return [credentials = std::move(credentials)](HttpTransport&) -> absl::StatusOr<FetchedCredentials> {
+    return FetchedCredentials{credentials, std::nullopt};
   };
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "ckpt/object_store.h"
 
@@ -30,6 +31,43 @@ using CredentialsFetcher = std::function<absl::StatusOr<FetchedCredentials>(Http
 // the token is read from `token_file` at every fetch (the platform rotates it).
 CredentialsFetcher WebIdentityCredentials(std::string sts_endpoint, std::string role_arn,
                                           std::string session_name, std::string token_file);
+
+// STS AssumeRole for a profile with `role_arn` and `source_profile` or
+// `credential_source` (cross-account roles, role chains), signed (SigV4,
+// service "sts", `region`) with what `source` gives at each fetch. The
+// answer's credentials expire (`duration_seconds`, 0 for STS's default of an
+// hour) and are fetched again, from the source's current ones.
+struct AssumeRoleRequest {
+  std::string sts_endpoint;  // scheme://host[:port]
+  std::string region;
+  std::string role_arn;
+  std::string session_name;
+  std::string external_id;  // "" when the role's trust policy asks for none
+  int duration_seconds = 0;
+};
+CredentialsFetcher AssumeRoleCredentials(AssumeRoleRequest request, CredentialsFetcher source);
+
+// IAM Identity Center (SSO) role credentials for a profile with
+// `sso_session` (or the older `sso_start_url`), `sso_account_id` and
+// `sso_role_name`: the access token `aws sso login` cached in `cache_file`
+// (~/.aws/sso/cache/<sha1 of the session name or start URL>.json) is read at
+// each fetch, and exchanged at the portal (GetRoleCredentials). An expired or
+// missing token is kFailedPrecondition saying to run `login_command`.
+struct SsoRequest {
+  std::string portal_endpoint;  // https://portal.sso.<sso_region>.amazonaws.com
+  std::string cache_file;
+  std::string account_id;
+  std::string role_name;
+  std::string login_command;  // "aws sso login --profile P"
+};
+CredentialsFetcher SsoCredentials(SsoRequest request);
+
+// The hex SHA-1 of `text` (the SSO token cache's file names).
+std::string Sha1Hex(absl::string_view text);
+
+// Fixed keys as a fetcher (they never expire): the source of a role whose
+// source_profile has keys, or whose credential_source is Environment.
+CredentialsFetcher FixedCredentials(ObjectCredentials credentials);
 
 // GET `url` (with the `Authorization` header `token`, or the contents of
 // `token_file`, when either is set) returning the container credentials JSON

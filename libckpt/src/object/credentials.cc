@@ -10,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -69,6 +70,172 @@ absl::StatusOr<ObjectCredentials> RunCredentialProcess(const std::string& comman
   return c;
 }
 
+using Ini = std::map<std::string, std::map<std::string, std::string>>;
+
+// A profile's settings, from the credentials file ("[name]") or the config
+// file ("[profile name]", "[default]").
+struct Profiles {
+  const Ini& credentials;
+  const Ini& config;
+  std::string Value(const std::string& profile, const std::string& key) const {
+    std::string v = Lookup(credentials, profile, key);
+    if (v.empty()) {
+      v = Lookup(config, profile == "default" ? profile : absl::StrCat("profile ", profile), key);
+    }
+    return v;
+  }
+  bool IsSso(const std::string& profile) const {
+    return !Value(profile, "sso_session").empty() || !Value(profile, "sso_start_url").empty();
+  }
+  bool IsRole(const std::string& profile) const {
+    return !Value(profile, "role_arn").empty() &&
+           (!Value(profile, "source_profile").empty() || !Value(profile, "credential_source").empty());
+  }
+};
+
+// Where a role's AssumeRole requests go (as for AssumeRoleWithWebIdentity).
+std::string StsEndpoint(const EnvLookup& env, const std::string& region) {
+  std::string sts = Env(env, "AWS_ENDPOINT_URL_STS");
+  if (sts.empty()) sts = Env(env, "AWS_ENDPOINT_URL");
+  if (sts.empty()) sts = absl::StrCat("https://sts.", region, ".amazonaws.com");
+  while (absl::EndsWith(sts, "/")) sts.pop_back();
+  return sts;
+}
+
+// IAM Identity Center (SSO) credentials of a profile with `sso_session` (its
+// `[sso-session NAME]` section giving sso_region) or the older
+// `sso_start_url` + `sso_region`, and `sso_account_id` + `sso_role_name`.
+absl::StatusOr<CredentialsFetcher> SsoCredentialsOf(const Profiles& profiles, const std::string& profile,
+                                                    const EnvLookup& env) {
+  const std::string where = absl::StrCat("profile \"", profile, "\" (SSO)");
+  const std::string session = profiles.Value(profile, "sso_session");
+  std::string region = profiles.Value(profile, "sso_region");
+  std::string cache_key = profiles.Value(profile, "sso_start_url");
+  if (!session.empty()) {
+    const std::string section = absl::StrCat("sso-session ", session);
+    if (profiles.config.find(section) == profiles.config.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": its sso_session \"", session,
+                                                     "\" has no [", section, "] section in the config file"));
+    }
+    region = Lookup(profiles.config, section, "sso_region");
+    cache_key = session;
+  }
+  SsoRequest request;
+  request.account_id = profiles.Value(profile, "sso_account_id");
+  request.role_name = profiles.Value(profile, "sso_role_name");
+  if (region.empty() || request.account_id.empty() || request.role_name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": needs sso_region, sso_account_id and sso_role_name (as `aws configure sso` writes them)"));
+  }
+  request.portal_endpoint = Env(env, "AWS_ENDPOINT_URL_SSO");
+  if (request.portal_endpoint.empty()) {
+    request.portal_endpoint = absl::StrCat("https://portal.sso.", region, ".amazonaws.com");
+  }
+  while (absl::EndsWith(request.portal_endpoint, "/")) request.portal_endpoint.pop_back();
+  request.cache_file = absl::StrCat(Env(env, "HOME"), "/.aws/sso/cache/", Sha1Hex(cache_key), ".json");
+  request.login_command = absl::StrCat("aws sso login --profile ", profile);
+  return SsoCredentials(std::move(request));
+}
+
+// The credentials a profile with `role_arn` assumes its role with, the way
+// the AWS CLI finds them: `source_profile` (its keys, its credential_process,
+// its web identity, or its own role: a chain) or `credential_source`
+// (Environment, Ec2InstanceMetadata, EcsContainer).
+absl::StatusOr<CredentialsFetcher> RoleCredentials(const Profiles& profiles, const std::string& profile,
+                                                   const EnvLookup& env, const std::string& region,
+                                                   int depth) {
+  const std::string role_arn = profiles.Value(profile, "role_arn");
+  const std::string where = absl::StrCat("profile \"", profile, "\" (role_arn ", role_arn, ")");
+  if (depth > 8) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": its source_profile chain is longer than 8 roles or loops back on itself"));
+  }
+  if (!profiles.Value(profile, "mfa_serial").empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, " asks for an MFA code (mfa_serial), which a job cannot type: give the job credentials "
+               "from `aws configure export-credentials --format process` (credential_process) or "
+               "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN instead"));
+  }
+  const std::string source_profile = profiles.Value(profile, "source_profile");
+  const std::string credential_source = profiles.Value(profile, "credential_source");
+  CredentialsFetcher source;
+  if (!source_profile.empty()) {
+    auto keys_of = [&](const std::string& name) -> absl::StatusOr<ObjectCredentials> {
+      ObjectCredentials keys;
+      keys.access_key_id = profiles.Value(name, "aws_access_key_id");
+      keys.secret_access_key = profiles.Value(name, "aws_secret_access_key");
+      keys.session_token = profiles.Value(name, "aws_session_token");
+      if (!keys.access_key_id.empty()) return keys;
+      const std::string process = profiles.Value(name, "credential_process");
+      if (!process.empty()) return RunCredentialProcess(process);
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": its source_profile \"", name,
+          "\" has no aws_access_key_id, credential_process, web_identity_token_file, SSO or role of its own"));
+    };
+    if (source_profile != profile && profiles.IsRole(source_profile)) {
+      auto chained = RoleCredentials(profiles, source_profile, env, region, depth + 1);
+      if (!chained.ok()) return chained.status();
+      source = *std::move(chained);
+    } else if (source_profile != profile && !profiles.Value(source_profile, "web_identity_token_file").empty() &&
+               !profiles.Value(source_profile, "role_arn").empty()) {
+      std::string session = profiles.Value(source_profile, "role_session_name");
+      if (session.empty()) session = absl::StrCat("ckpt-", getpid());
+      source = WebIdentityCredentials(StsEndpoint(env, region), profiles.Value(source_profile, "role_arn"),
+                                      session, profiles.Value(source_profile, "web_identity_token_file"));
+    } else if (source_profile != profile && profiles.IsSso(source_profile)) {
+      auto sso = SsoCredentialsOf(profiles, source_profile, env);
+      if (!sso.ok()) return sso.status();
+      source = *std::move(sso);
+    } else {
+      auto keys = keys_of(source_profile);
+      if (!keys.ok()) return keys.status();
+      source = FixedCredentials(*std::move(keys));
+    }
+  } else if (credential_source == "Environment") {
+    ObjectCredentials keys;
+    keys.access_key_id = Env(env, "AWS_ACCESS_KEY_ID");
+    keys.secret_access_key = Env(env, "AWS_SECRET_ACCESS_KEY");
+    keys.session_token = Env(env, "AWS_SESSION_TOKEN");
+    if (keys.access_key_id.empty() || keys.secret_access_key.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": credential_source = Environment but AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set"));
+    }
+    source = FixedCredentials(std::move(keys));
+  } else if (credential_source == "Ec2InstanceMetadata") {
+    std::string imds = Env(env, "AWS_EC2_METADATA_SERVICE_ENDPOINT");
+    source = InstanceMetadataCredentials(imds.empty() ? "http://169.254.169.254" : imds);
+  } else if (credential_source == "EcsContainer") {
+    const std::string full = Env(env, "AWS_CONTAINER_CREDENTIALS_FULL_URI");
+    const std::string relative = Env(env, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+    if (full.empty() && relative.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": credential_source = EcsContainer but neither AWS_CONTAINER_CREDENTIALS_FULL_URI nor "
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI is set"));
+    }
+    source = ContainerCredentials(!full.empty() ? full : absl::StrCat("http://169.254.170.2", relative),
+                                  Env(env, "AWS_CONTAINER_AUTHORIZATION_TOKEN"),
+                                  Env(env, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": credential_source \"", credential_source,
+        "\" is none of Environment, Ec2InstanceMetadata, EcsContainer"));
+  }
+  AssumeRoleRequest request;
+  request.sts_endpoint = StsEndpoint(env, region);
+  request.region = region;
+  request.role_arn = role_arn;
+  request.session_name = profiles.Value(profile, "role_session_name");
+  if (request.session_name.empty()) request.session_name = absl::StrCat("ckpt-", getpid());
+  request.external_id = profiles.Value(profile, "external_id");
+  const std::string duration = profiles.Value(profile, "duration_seconds");
+  if (!duration.empty() && (!absl::SimpleAtoi(duration, &request.duration_seconds) ||
+                            request.duration_seconds < 900 || request.duration_seconds > 43200)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": duration_seconds \"", duration, "\" is not a whole number of seconds from 900 to 43200"));
+  }
+  return AssumeRoleCredentials(std::move(request), std::move(source));
+}
+
 }  // namespace
 
 std::map<std::string, std::map<std::string, std::string>> ParseIniFile(absl::string_view text) {
@@ -104,11 +271,8 @@ absl::StatusOr<ResolvedConfig> ResolveConfig(const ObjectStoreOptions& options,
   // In the config file, profiles other than "default" are "[profile name]".
   const std::string config_section =
       profile == "default" ? std::string("default") : absl::StrCat("profile ", profile);
-  auto profile_value = [&](const std::string& key) {
-    std::string v = Lookup(creds_ini, profile, key);
-    if (v.empty()) v = Lookup(config_ini, config_section, key);
-    return v;
-  };
+  const Profiles profiles{creds_ini, config_ini};
+  auto profile_value = [&](const std::string& key) { return profiles.Value(profile, key); };
 
   c.region = options.region;
   if (c.region.empty()) c.region = Env(env, "AWS_REGION");
@@ -138,13 +302,21 @@ absl::StatusOr<ResolvedConfig> ResolveConfig(const ObjectStoreOptions& options,
     c.credentials.secret_access_key = Env(env, "AWS_SECRET_ACCESS_KEY");
     c.credentials.session_token = Env(env, "AWS_SESSION_TOKEN");
   } else if (!token_file.empty() && !role_arn.empty()) {
-    std::string sts = Env(env, "AWS_ENDPOINT_URL_STS");
-    if (sts.empty()) sts = Env(env, "AWS_ENDPOINT_URL");
-    if (sts.empty()) sts = absl::StrCat("https://sts.", c.region, ".amazonaws.com");
-    while (absl::EndsWith(sts, "/")) sts.pop_back();
+    const std::string sts = StsEndpoint(env, c.region);
     if (session_name.empty()) session_name = absl::StrCat("ckpt-", getpid());
     c.fetch_credentials = WebIdentityCredentials(sts, role_arn, session_name, token_file);
     c.credentials_source = absl::StrCat("web identity (", token_file, " for ", role_arn, " at ", sts, ")");
+  } else if (profiles.IsRole(profile)) {
+    auto role = RoleCredentials(profiles, profile, env, c.region, 0);
+    if (!role.ok()) return role.status();
+    c.fetch_credentials = *std::move(role);
+    c.credentials_source = absl::StrCat("role ", profile_value("role_arn"), " of profile \"", profile,
+                                        "\" (STS AssumeRole at ", StsEndpoint(env, c.region), ")");
+  } else if (profiles.IsSso(profile)) {
+    auto sso = SsoCredentialsOf(profiles, profile, env);
+    if (!sso.ok()) return sso.status();
+    c.fetch_credentials = *std::move(sso);
+    c.credentials_source = absl::StrCat("SSO role ", profile_value("sso_role_name"), " of profile \"", profile, "\"");
   } else {
     c.credentials.access_key_id = profile_value("aws_access_key_id");
     c.credentials.secret_access_key = profile_value("aws_secret_access_key");
