@@ -211,8 +211,38 @@ TEST_F(ConfigTest, CredentialProcessOfTheProfile) {
       "\"SecretAccessKey\": \"PS\", \"SessionToken\": \"PT\"}'\n");
   auto c = internal::ResolveConfig({}, Lookup());
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->credentials.access_key_id, "PK");
-  EXPECT_EQ(c->credentials.session_token, "PT");
+  ASSERT_TRUE(c->fetch_credentials != nullptr);
+  struct NoRequests final : HttpTransport {
+    absl::StatusOr<HttpResponse> Send(const HttpRequest& r) override {
+      return absl::InternalError("a credential_process needs no request: " + r.url);
+    }
+  } unused;
+  auto got = c->fetch_credentials(unused);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->credentials.access_key_id, "PK");
+  EXPECT_EQ(got->credentials.session_token, "PT");
+  EXPECT_FALSE(got->expires.has_value());
+
+  // Temporary credentials it prints (an Expiration) are fetched again, by
+  // running it again: it ran once when resolving, once more now.
+  const std::string counter = ::testing::TempDir() + "process-runs";
+  std::filesystem::remove(counter);
+  const std::string script = WriteFile(
+      "process.sh", absl::StrCat("echo run >> ", counter, "\nn=$(wc -l < ", counter,
+                                 ")\nprintf '{\"Version\": 1, \"AccessKeyId\": \"K%s\", \"SecretAccessKey\": \"S\", "
+                                 "\"SessionToken\": \"T\", \"Expiration\": \"2099-01-01T00:00:00Z\"}' $n\n"));
+  env_["AWS_CONFIG_FILE"] = WriteFile("config-process", absl::StrCat("[profile sso]\ncredential_process = sh ", script, "\n"));
+  auto temporary = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(temporary.ok()) << temporary.status();
+  auto first = temporary->fetch_credentials(unused);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->credentials.access_key_id, "K1") << "the run made when resolving";
+  ASSERT_TRUE(first->expires.has_value());
+  EXPECT_EQ(*first->expires, absl::FromCivil(absl::CivilSecond(2099, 1, 1, 0, 0, 0), absl::UTCTimeZone()));
+  auto second = temporary->fetch_credentials(unused);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->credentials.access_key_id, "K2");
+
   env_["AWS_CONFIG_FILE"] = WriteFile("config4", "[profile sso]\ncredential_process = false\n");
   auto failed = internal::ResolveConfig({}, Lookup());
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);

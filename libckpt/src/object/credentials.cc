@@ -4,6 +4,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -41,8 +44,9 @@ std::string Lookup(const std::map<std::string, std::map<std::string, std::string
 
 // Runs the profile's `credential_process` (how the AWS tools reach SSO,
 // IRSA helpers, vaults: `aws configure export-credentials --format process`)
-// and parses its JSON: Version 1, AccessKeyId, SecretAccessKey, SessionToken.
-absl::StatusOr<ObjectCredentials> RunCredentialProcess(const std::string& command) {
+// and parses its JSON: Version 1, AccessKeyId, SecretAccessKey, SessionToken,
+// Expiration (when they are temporary).
+absl::StatusOr<FetchedCredentials> RunCredentialProcess(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("credential_process \"", command, "\": cannot run it"));
@@ -63,11 +67,41 @@ absl::StatusOr<ObjectCredentials> RunCredentialProcess(const std::string& comman
         "credential_process \"", command,
         "\" did not print {\"Version\": 1, \"AccessKeyId\": ..., \"SecretAccessKey\": ...}"));
   }
-  ObjectCredentials c;
-  c.access_key_id = j.value("AccessKeyId", "");
-  c.secret_access_key = j.value("SecretAccessKey", "");
-  c.session_token = j.value("SessionToken", "");
-  return c;
+  FetchedCredentials f;
+  f.credentials.access_key_id = j.value("AccessKeyId", "");
+  f.credentials.secret_access_key = j.value("SecretAccessKey", "");
+  f.credentials.session_token = j.value("SessionToken", "");
+  const std::string expiration = j.value("Expiration", "");
+  if (!expiration.empty()) {
+    f.expires = ParseIso8601(expiration);
+    if (!f.expires.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat("credential_process \"", command,
+                                                        "\" printed an Expiration that is no ISO 8601 time: ",
+                                                        expiration));
+    }
+  }
+  return f;
+}
+
+// The process run now (so a broken one fails when the store opens), and again
+// at each later fetch: temporary credentials it prints (an Expiration) are
+// renewed before they expire.
+absl::StatusOr<CredentialsFetcher> ProcessCredentials(const std::string& command) {
+  auto first = RunCredentialProcess(command);
+  if (!first.ok()) return first.status();
+  auto pending = std::make_shared<std::optional<FetchedCredentials>>(*std::move(first));
+  auto mu = std::make_shared<std::mutex>();
+  return CredentialsFetcher([command, pending, mu](HttpTransport&) -> absl::StatusOr<FetchedCredentials> {
+    {
+      std::lock_guard<std::mutex> lock(*mu);
+      if (pending->has_value()) {
+        FetchedCredentials f = **pending;
+        pending->reset();
+        return f;
+      }
+    }
+    return RunCredentialProcess(command);
+  });
 }
 
 using Ini = std::map<std::string, std::map<std::string, std::string>>;
@@ -160,14 +194,14 @@ absl::StatusOr<CredentialsFetcher> RoleCredentials(const Profiles& profiles, con
   const std::string credential_source = profiles.Value(profile, "credential_source");
   CredentialsFetcher source;
   if (!source_profile.empty()) {
-    auto keys_of = [&](const std::string& name) -> absl::StatusOr<ObjectCredentials> {
+    auto keys_of = [&](const std::string& name) -> absl::StatusOr<CredentialsFetcher> {
       ObjectCredentials keys;
       keys.access_key_id = profiles.Value(name, "aws_access_key_id");
       keys.secret_access_key = profiles.Value(name, "aws_secret_access_key");
       keys.session_token = profiles.Value(name, "aws_session_token");
-      if (!keys.access_key_id.empty()) return keys;
+      if (!keys.access_key_id.empty()) return FixedCredentials(std::move(keys));
       const std::string process = profiles.Value(name, "credential_process");
-      if (!process.empty()) return RunCredentialProcess(process);
+      if (!process.empty()) return ProcessCredentials(process);
       return absl::FailedPreconditionError(absl::StrCat(
           where, ": its source_profile \"", name,
           "\" has no aws_access_key_id, credential_process, web_identity_token_file, SSO or role of its own"));
@@ -189,7 +223,7 @@ absl::StatusOr<CredentialsFetcher> RoleCredentials(const Profiles& profiles, con
     } else {
       auto keys = keys_of(source_profile);
       if (!keys.ok()) return keys.status();
-      source = FixedCredentials(*std::move(keys));
+      source = *std::move(keys);
     }
   } else if (credential_source == "Environment") {
     ObjectCredentials keys;
@@ -323,9 +357,10 @@ absl::StatusOr<ResolvedConfig> ResolveConfig(const ObjectStoreOptions& options,
     c.credentials.session_token = profile_value("aws_session_token");
     const std::string process = profile_value("credential_process");
     if (c.credentials.access_key_id.empty() && !process.empty()) {
-      auto got = RunCredentialProcess(process);
-      if (!got.ok()) return got.status();
-      c.credentials = *got;
+      auto fetcher = ProcessCredentials(process);
+      if (!fetcher.ok()) return fetcher.status();
+      c.fetch_credentials = *std::move(fetcher);
+      c.credentials_source = absl::StrCat("credential_process of profile \"", profile, "\"");
     }
   }
   const bool keys = !c.credentials.access_key_id.empty() && !c.credentials.secret_access_key.empty();
