@@ -126,30 +126,45 @@ absl::Status DecodeCompressedRecords(ShardFiles& files, std::span<const RecordTa
     return DecodeCompressedRecord(files, *records[0].dir, *records[0].info, records[0].dst);
   }
   if (records.empty()) return absl::OkStatus();
+  // The stored bytes of the records in flight share one ring of memory, of
+  // twice the largest record, allocated once: records take their room in
+  // turn, wrapping to the start where the end is too short, and give it back
+  // once decoded. So while a large record decodes, the reader goes on with
+  // the next ones in the room left (two buffers of one record each stalled
+  // the reader on every large record, and the decoder on every small run).
+  std::vector<uint64_t> lengths(records.size());
   uint64_t largest = 0;
-  for (const RecordTarget& r : records) {
+  for (size_t i = 0; i < records.size(); ++i) {
+    const RecordTarget& r = records[i];
     CKPT_RETURN_IF_ERROR(RequireCompressed(*r.info));
     CKPT_ASSIGN_OR_RETURN(File * file, files.Get(*r.dir, r.info->shard));
-    largest = std::max(largest, StoredReadLength(file, *r.info));
+    lengths[i] = AlignUp(std::max<uint64_t>(StoredReadLength(file, *r.info), 1), kDirectIoAlignment);
+    largest = std::max(largest, lengths[i]);
   }
-  // Two buffers, allocated once and reused: this thread reads record i
-  // into one while the decoder decodes record i - 1 out of the other.
-  AlignedBytes buffers[2];
-  for (AlignedBytes& b : buffers) {
-    CKPT_ASSIGN_OR_RETURN(b, AlignedBytes::Allocate(std::max<uint64_t>(largest, 1), false));
-  }
+  const uint64_t ring_bytes = 2 * largest;
+  CKPT_ASSIGN_OR_RETURN(AlignedBytes ring, AlignedBytes::Allocate(ring_bytes, false));
+  char* const ring_base = static_cast<char*>(ring.data());
+  std::vector<uint64_t> starts(records.size());  // each record's room in the ring
   WorkerPool* pool = files.codec_pool();
   // Three stages, each on its own thread, record after record: this one
   // reads, the decoder decodes (blocks on the pool), the hasher checks the
   // decoded value (one XXH3 stream per record, serial) while the next record
-  // decodes. A stored checksum is checked only where decoding fails: the
-  // buffer is reused once a record is decoded.
+  // decodes. A stored checksum is checked only where decoding fails: a
+  // record's room is reused once it is decoded.
   Mutex mu;
-  size_t read = 0;     // records whose stored bytes are in their buffer
-  size_t decoded = 0;  // records decoded (their buffers free again)
+  size_t read = 0;     // records whose stored bytes are in the ring
+  size_t decoded = 0;  // records decoded (their room free again)
   absl::Status failed;  // the first failure, of any stage
   auto fail = [&](absl::Status s) {  // REQUIRES: mu held
     if (!s.ok() && failed.ok()) failed = std::move(s);
+  };
+  // Whether [begin, end) of the ring is clear of every record read and not
+  // yet decoded (those before `i`). REQUIRES: mu held.
+  auto room_free = [&](size_t i, uint64_t begin, uint64_t end) {
+    for (size_t j = decoded; j < i; ++j) {
+      if (starts[j] < end && begin < starts[j] + lengths[j]) return false;
+    }
+    return true;
   };
   std::thread decoder([&] {
     for (size_t i = 0; i < records.size(); ++i) {
@@ -159,8 +174,7 @@ absl::Status DecodeCompressedRecords(ShardFiles& files, std::span<const RecordTa
         if (!failed.ok()) return;
       }
       const RecordTarget& r = records[i];
-      absl::Status s = DecodeStoredBytes(*r.dir, *r.info, static_cast<const char*>(buffers[i % 2].data()),
-                                         r.dst, pool);
+      absl::Status s = DecodeStoredBytes(*r.dir, *r.info, ring_base + starts[i], r.dst, pool);
       MutexLock lock(&mu);
       fail(std::move(s));
       if (!failed.ok()) return;
@@ -183,14 +197,19 @@ absl::Status DecodeCompressedRecords(ShardFiles& files, std::span<const RecordTa
       }
     }
   });
+  uint64_t next = 0;  // where the next record's room begins, unless it wraps
   for (size_t i = 0; i < records.size(); ++i) {
+    const uint64_t begin = next + lengths[i] <= ring_bytes ? next : 0;
     {
       MutexLock lock(&mu);
-      mu.Await([&] { return decoded + 2 > i || !failed.ok(); });  // buffer i % 2 is free
+      // (Once every record before i is decoded the whole ring is free.)
+      mu.Await([&] { return room_free(i, begin, begin + lengths[i]) || !failed.ok(); });
       if (!failed.ok()) break;
+      starts[i] = begin;
     }
+    next = begin + lengths[i];
     const RecordTarget& r = records[i];
-    absl::Status s = ReadStoredBytes(files, *r.dir, *r.info, buffers[i % 2].data());
+    absl::Status s = ReadStoredBytes(files, *r.dir, *r.info, ring_base + begin);
     MutexLock lock(&mu);
     fail(std::move(s));
     if (!failed.ok()) break;

@@ -59,9 +59,9 @@ absl::Status DecodeCompressedRecord(ShardFiles& files, const std::string& dir, c
 // `DecodeCompressedRecord` for each of `records`, in order, pipelined: the
 // next record's stored bytes are read (on this thread, through `files`'
 // queue) while a decoder thread decodes this one with `files.codec_pool()`
-// and a hasher thread checks the one before. Two read buffers, the size of
-// the largest record, serve them all. Stops at the first failure and
-// returns it.
+// and a hasher thread checks the one before. One ring of memory, twice the
+// largest record, serves them all: the reader goes on into the room left
+// while a large record decodes. Stops at the first failure and returns it.
 absl::Status DecodeCompressedRecords(ShardFiles& files, std::span<const RecordTarget> records);
 
 // The records of tensor `name` in the links after `base` of `chain`, oldest
