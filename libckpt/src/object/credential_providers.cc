@@ -68,6 +68,28 @@ absl::StatusOr<FetchedCredentials> ParseCredentialsJson(const std::string& body,
   return f;
 }
 
+// Sends an STS request and takes the credentials out of its answer's
+// <`result`><Credentials> (AssumeRole and AssumeRoleWithWebIdentity answer
+// alike).
+absl::StatusOr<FetchedCredentials> StsCredentials(HttpTransport& transport, const HttpRequest& request,
+                                                  absl::string_view result, absl::string_view what) {
+  auto answer = Body(transport, request, what);
+  if (!answer.ok()) return answer.status();
+  auto xml = ParseXml(*answer, what);
+  if (!xml.ok()) return xml.status();
+  const XmlNode* node = xml->Child(result);
+  const XmlNode* creds = node != nullptr ? node->Child("Credentials") : nullptr;
+  if (creds == nullptr || creds->ChildText("AccessKeyId").empty()) {
+    return absl::DataLossError(absl::StrCat(what, ": no Credentials in the answer"));
+  }
+  FetchedCredentials f;
+  f.credentials.access_key_id = creds->ChildText("AccessKeyId");
+  f.credentials.secret_access_key = creds->ChildText("SecretAccessKey");
+  f.credentials.session_token = creds->ChildText("SessionToken");
+  f.expires = ParseIso8601(creds->ChildText("Expiration"));
+  return f;
+}
+
 }  // namespace
 
 std::optional<absl::Time> ParseIso8601(const std::string& text) {
@@ -96,21 +118,7 @@ CredentialsFetcher WebIdentityCredentials(std::string sts_endpoint, std::string 
                        {"accept", "application/xml"}};
     request.body = std::span<const char>(body.data(), body.size());
     request.timeout_seconds = 30;
-    auto answer = Body(transport, request, what);
-    if (!answer.ok()) return answer.status();
-    auto xml = ParseXml(*answer, what);
-    if (!xml.ok()) return xml.status();
-    const XmlNode* result = xml->Child("AssumeRoleWithWebIdentityResult");
-    const XmlNode* creds = result != nullptr ? result->Child("Credentials") : nullptr;
-    if (creds == nullptr || creds->ChildText("AccessKeyId").empty()) {
-      return absl::DataLossError(absl::StrCat(what, ": no Credentials in the answer"));
-    }
-    FetchedCredentials f;
-    f.credentials.access_key_id = creds->ChildText("AccessKeyId");
-    f.credentials.secret_access_key = creds->ChildText("SecretAccessKey");
-    f.credentials.session_token = creds->ChildText("SessionToken");
-    f.expires = ParseIso8601(creds->ChildText("Expiration"));
-    return f;
+    return StsCredentials(transport, request, "AssumeRoleWithWebIdentityResult", what);
   };
 }
 
@@ -148,21 +156,7 @@ CredentialsFetcher AssumeRoleCredentials(AssumeRoleRequest request, CredentialsF
     http.headers.emplace_back("authorization", SignV4(signing, from->credentials, request.region, "sts", date));
     http.body = std::span<const char>(body.data(), body.size());
     http.timeout_seconds = 30;
-    auto answer = Body(transport, http, what);
-    if (!answer.ok()) return answer.status();
-    auto xml = ParseXml(*answer, what);
-    if (!xml.ok()) return xml.status();
-    const XmlNode* result = xml->Child("AssumeRoleResult");
-    const XmlNode* creds = result != nullptr ? result->Child("Credentials") : nullptr;
-    if (creds == nullptr || creds->ChildText("AccessKeyId").empty()) {
-      return absl::DataLossError(absl::StrCat(what, ": no Credentials in the answer"));
-    }
-    FetchedCredentials f;
-    f.credentials.access_key_id = creds->ChildText("AccessKeyId");
-    f.credentials.secret_access_key = creds->ChildText("SecretAccessKey");
-    f.credentials.session_token = creds->ChildText("SessionToken");
-    f.expires = ParseIso8601(creds->ChildText("Expiration"));
-    return f;
+    return StsCredentials(transport, http, "AssumeRoleResult", what);
   };
 }
 
