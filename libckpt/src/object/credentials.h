@@ -17,8 +17,9 @@ namespace ckpt::internal {
 struct ResolvedConfig {
   // Set unless `fetch_credentials` is: the keys configured.
   ObjectCredentials credentials;
-  // Where no key is configured: what fetches temporary credentials (web
-  // identity, the container endpoint, instance metadata; credential_providers.h),
+  // Where no key is configured: what fetches temporary credentials (a web
+  // identity, the profile's role, SSO login or credential_process, the
+  // container endpoint, instance metadata; credential_providers.h),
   // which the store calls when it opens and again before they expire, and
   // what to say of all the places looked when that fails.
   CredentialsFetcher fetch_credentials;
