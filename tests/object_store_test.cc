@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -302,6 +303,11 @@ class CredentialServices final : public HttpTransport {
       out.body = json;
     } else if (r.url == "http://ecs.test/creds") {
       out.body = json;
+    } else if (r.url == "http://oidc.test/token") {
+      std::lock_guard<std::mutex> lock(mu_);
+      oidc_bodies_.emplace_back(r.body.begin(), r.body.end());
+      out.body = absl::StrCat(R"({"accessToken": "renewed-)", oidc_bodies_.size(),
+                              R"(", "expiresIn": 3600, "refreshToken": "rt-next", "tokenType": "Bearer"})");
     } else if (absl::StartsWith(r.url, "http://sso.test/federation/credentials?")) {
       out.body = absl::StrCat(R"({"roleCredentials": {"accessKeyId": "S)", fetches_,
                               R"(", "secretAccessKey": "testing", "sessionToken": "SSO)", fetches_,
@@ -327,7 +333,7 @@ class CredentialServices final : public HttpTransport {
     return out;
   }
   std::mutex mu_;
-  std::vector<std::string> seen_, tokens_, auth_, bodies_;
+  std::vector<std::string> seen_, tokens_, auth_, bodies_, oidc_bodies_;
   std::string body_;
   int fetches_ = 0;
   absl::Duration lifetime_ = absl::Hours(1);
@@ -509,6 +515,60 @@ TEST_F(ConfigTest, SsoProfileUsesTheCachedLoginAndSaysToLogInWhenItExpired) {
   EXPECT_EQ(services4.seen_,
             (std::vector<std::string>{"GET http://sso.test/federation/credentials?account_id=210987654321&role_name=Reader"}));
   EXPECT_EQ(services4.auth_, (std::vector<std::string>{"legacy-token"}));
+}
+
+// An sso_session login whose hour is up is renewed the way the AWS CLI
+// renews it (CreateToken with the cached refresh token and client
+// registration), the cache file rewritten, so a job outlives the token; a
+// login that cannot be renewed says to log in again.
+TEST_F(ConfigTest, AnSsoSessionLoginIsRenewedWithItsRefreshToken) {
+  const std::string home = ::testing::TempDir() + "sso-renew-home";
+  std::filesystem::remove_all(home);
+  std::filesystem::create_directories(home + "/.aws/sso/cache");
+  env_["HOME"] = home;
+  env_["AWS_PROFILE"] = "research";
+  env_["AWS_ENDPOINT_URL_SSO"] = "http://sso.test";
+  env_["AWS_ENDPOINT_URL_SSO_OIDC"] = "http://oidc.test";
+  env_["AWS_CONFIG_FILE"] = WriteFile(
+      "config-sso-renew",
+      "[profile research]\nsso_session = my-sso\nsso_account_id = 123456789012\nsso_role_name = Trainer\n"
+      "[sso-session my-sso]\nsso_region = eu-west-1\nsso_start_url = https://example.awsapps.com/start\n");
+  const std::string cache = home + "/.aws/sso/cache/0ad374308c5a4e22f723adf10145eafad7c4031c.json";  // sha1("my-sso")
+  auto utc = [](absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); };
+  auto login = [&](absl::Time token_expires, absl::Time registration_expires) {
+    std::ofstream(cache) << R"({"startUrl": "https://example.awsapps.com/start", "region": "eu-west-1", )"
+                         << R"("accessToken": "old", "expiresAt": ")" << utc(token_expires)
+                         << R"(", "refreshToken": "rt-1", "clientId": "cid", "clientSecret": "csecret", )"
+                         << R"("registrationExpiresAt": ")" << utc(registration_expires) << "\"}";
+  };
+  login(absl::Now() - absl::Minutes(1), absl::Now() + absl::Hours(24 * 30));
+  auto c = internal::ResolveConfig({}, Lookup());
+  ASSERT_TRUE(c.ok()) << c.status();
+  CredentialServices services;
+  auto got = c->fetch_credentials(services);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(services.oidc_bodies_.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(services.oidc_bodies_[0], R"("grantType":"refresh_token")")) << services.oidc_bodies_[0];
+  EXPECT_TRUE(absl::StrContains(services.oidc_bodies_[0], R"("refreshToken":"rt-1")")) << services.oidc_bodies_[0];
+  EXPECT_TRUE(absl::StrContains(services.oidc_bodies_[0], R"("clientSecret":"csecret")")) << services.oidc_bodies_[0];
+  EXPECT_EQ(services.auth_, (std::vector<std::string>{"renewed-1"})) << "the portal was asked with the renewed token";
+  std::ifstream in(cache);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(absl::StrContains(text.str(), R"("accessToken":"renewed-1")")) << text.str();
+  EXPECT_TRUE(absl::StrContains(text.str(), R"("refreshToken":"rt-next")")) << text.str();
+  EXPECT_TRUE(absl::StrContains(text.str(), R"("clientId":"cid")")) << "the rest kept: " << text.str();
+  // The renewed login is valid for an hour: the next fetch renews nothing.
+  ASSERT_TRUE(c->fetch_credentials(services).ok());
+  EXPECT_EQ(services.oidc_bodies_.size(), 1u);
+  EXPECT_EQ(services.auth_.back(), "renewed-1");
+
+  // An expired client registration cannot renew the login: log in again.
+  login(absl::Now() - absl::Minutes(1), absl::Now() - absl::Hours(1));
+  auto refused = c->fetch_credentials(services);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "could not be renewed")) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "aws sso login --profile research")) << refused.status();
 }
 
 // What a job cannot use is refused when the store opens, naming the profile

@@ -1,5 +1,8 @@
 #include "object/credential_providers.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -166,6 +169,66 @@ std::string Sha1Hex(absl::string_view text) {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
 }
 
+namespace {
+
+// The cached SSO login `cached` renewed at `request.oidc_endpoint` (CreateToken
+// with its refreshToken and client registration) and written back to the
+// cache file; the new access token.
+absl::StatusOr<std::string> RefreshSsoToken(HttpTransport& transport, const SsoRequest& request,
+                                            nlohmann::json cached, absl::string_view what) {
+  for (const char* field : {"refreshToken", "clientId", "clientSecret"}) {
+    if (!cached.contains(field) || !cached[field].is_string()) {
+      return absl::FailedPreconditionError(absl::StrCat(what, ": the cached login has no ", field,
+                                                        " to renew it with"));
+    }
+  }
+  if (cached.contains("registrationExpiresAt") && cached["registrationExpiresAt"].is_string()) {
+    std::optional<absl::Time> registration = ParseIso8601(cached["registrationExpiresAt"].get<std::string>());
+    if (registration.has_value() && *registration <= absl::Now()) {
+      return absl::FailedPreconditionError(absl::StrCat(what, ": the cached client registration expired"));
+    }
+  }
+  nlohmann::json ask = {{"grantType", "refresh_token"},
+                        {"clientId", cached["clientId"]},
+                        {"clientSecret", cached["clientSecret"]},
+                        {"refreshToken", cached["refreshToken"]}};
+  const std::string body = ask.dump();
+  HttpRequest http = Quick("POST", absl::StrCat(request.oidc_endpoint, "/token"));
+  http.headers = {{"content-type", "application/json"}};
+  http.body = std::span<const char>(body.data(), body.size());
+  http.timeout_seconds = 30;
+  auto answer = Body(transport, http, absl::StrCat(what, ", renewing the SSO login"));
+  if (!answer.ok()) return answer.status();
+  nlohmann::json got = nlohmann::json::parse(*answer, nullptr, false);
+  if (!got.is_object() || !got.contains("accessToken") || !got["accessToken"].is_string() ||
+      !got.contains("expiresIn") || !got["expiresIn"].is_number_integer()) {
+    return absl::DataLossError(absl::StrCat(what, ": the OIDC endpoint answered no accessToken and expiresIn"));
+  }
+  cached["accessToken"] = got["accessToken"];
+  cached["expiresAt"] = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ",
+                                         absl::Now() + absl::Seconds(got["expiresIn"].get<int64_t>()),
+                                         absl::UTCTimeZone());
+  if (got.contains("refreshToken") && got["refreshToken"].is_string()) cached["refreshToken"] = got["refreshToken"];
+  // Written back whole, then renamed over the old one, as the AWS CLI does:
+  // the next fetch, and the user's own aws commands, use the renewed login.
+  const std::string temp = absl::StrCat(request.cache_file, ".ckpt-", getpid());
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << cached.dump();
+    if (!out.flush()) {
+      std::remove(temp.c_str());
+      return absl::FailedPreconditionError(absl::StrCat(what, ": cannot write ", temp));
+    }
+  }
+  if (std::rename(temp.c_str(), request.cache_file.c_str()) != 0) {
+    std::remove(temp.c_str());
+    return absl::FailedPreconditionError(absl::StrCat(what, ": cannot replace ", request.cache_file));
+  }
+  return got["accessToken"].get<std::string>();
+}
+
+}  // namespace
+
 CredentialsFetcher SsoCredentials(SsoRequest request) {
   return [request = std::move(request)](HttpTransport& transport) -> absl::StatusOr<FetchedCredentials> {
     const std::string what = absl::StrCat("SSO credentials (role ", request.role_name, " in account ",
@@ -186,14 +249,26 @@ CredentialsFetcher SsoCredentials(SsoRequest request) {
     const std::string expires_at =
         cached.contains("expiresAt") && cached["expiresAt"].is_string() ? cached["expiresAt"].get<std::string>() : "";
     std::optional<absl::Time> token_expires = ParseIso8601(expires_at);
-    if (!token_expires.has_value() || *token_expires <= absl::Now()) {
+    const bool valid = token_expires.has_value() && *token_expires > absl::Now();
+    std::string token = cached["accessToken"].get<std::string>();
+    if (!request.oidc_endpoint.empty() && (!valid || *token_expires - absl::Now() < absl::Minutes(5))) {
+      auto renewed = RefreshSsoToken(transport, request, cached, what);
+      if (renewed.ok()) {
+        token = *std::move(renewed);
+      } else if (!valid) {
+        return absl::FailedPreconditionError(absl::StrCat(what, ": the SSO login cached in ", request.cache_file,
+                                                          " expired (expiresAt ", expires_at,
+                                                          ") and could not be renewed (", renewed.status().message(),
+                                                          "): ", login));
+      }
+    } else if (!valid) {
       return absl::FailedPreconditionError(absl::StrCat(what, ": the SSO login cached in ", request.cache_file,
                                                         " expired (expiresAt ", expires_at, "): ", login));
     }
     HttpRequest http = Quick("GET", absl::StrCat(request.portal_endpoint, "/federation/credentials?account_id=",
                                                  UriEncode(request.account_id, true),
                                                  "&role_name=", UriEncode(request.role_name, true)));
-    http.headers = {{"x-amz-sso_bearer_token", cached["accessToken"].get<std::string>()}};
+    http.headers = {{"x-amz-sso_bearer_token", token}};
     http.timeout_seconds = 30;
     auto answer = Body(transport, http, what);
     if (!answer.ok()) return answer.status();

@@ -53,7 +53,13 @@ CredentialsFetcher AssumeRoleCredentials(AssumeRoleRequest request, CredentialsF
 // (~/.aws/sso/cache/<sha1 of the session name or start URL>.json) is read at
 // each fetch, and exchanged at the portal (GetRoleCredentials). An expired or
 // missing token is kFailedPrecondition saying to run `login_command`.
+// A login of an `sso_session` profile (one with `oidc_endpoint`) is
+// refreshable, as the AWS CLI refreshes it: a token with less than 5 minutes
+// left is renewed with the cached refreshToken and client registration at
+// the OIDC endpoint (CreateToken), and the cache file rewritten (atomically),
+// so a job outlives the token's hour.
 struct SsoRequest {
+  std::string oidc_endpoint;    // https://oidc.<sso_region>.amazonaws.com; "" for the older form
   std::string portal_endpoint;  // https://portal.sso.<sso_region>.amazonaws.com
   std::string cache_file;
   std::string account_id;

@@ -155,6 +155,11 @@ absl::StatusOr<CredentialsFetcher> SsoCredentialsOf(const Profiles& profiles, co
     cache_key = session;
   }
   SsoRequest request;
+  if (!session.empty() && !region.empty()) {  // only these logins can be renewed
+    request.oidc_endpoint = Env(env, "AWS_ENDPOINT_URL_SSO_OIDC");
+    if (request.oidc_endpoint.empty()) request.oidc_endpoint = absl::StrCat("https://oidc.", region, ".amazonaws.com");
+    while (absl::EndsWith(request.oidc_endpoint, "/")) request.oidc_endpoint.pop_back();
+  }
   request.account_id = profiles.Value(profile, "sso_account_id");
   request.role_name = profiles.Value(profile, "sso_role_name");
   if (region.empty() || request.account_id.empty() || request.role_name.empty()) {
