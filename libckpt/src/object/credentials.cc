@@ -136,6 +136,64 @@ std::string StsEndpoint(const EnvLookup& env, const std::string& region) {
   return sts;
 }
 
+// A role session's name: the one configured, else "ckpt-<pid>".
+std::string SessionName(std::string configured) {
+  return configured.empty() ? absl::StrCat("ckpt-", getpid()) : configured;
+}
+
+// The keys in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN.
+ObjectCredentials EnvironmentKeys(const EnvLookup& env) {
+  ObjectCredentials keys;
+  keys.access_key_id = Env(env, "AWS_ACCESS_KEY_ID");
+  keys.secret_access_key = Env(env, "AWS_SECRET_ACCESS_KEY");
+  keys.session_token = Env(env, "AWS_SESSION_TOKEN");
+  return keys;
+}
+
+// The container credentials endpoint the environment names (ECS tasks, EKS
+// Pod Identity), "" when none.
+std::string ContainerCredentialsUrl(const EnvLookup& env) {
+  const std::string full = Env(env, "AWS_CONTAINER_CREDENTIALS_FULL_URI");
+  if (!full.empty()) return full;
+  const std::string relative = Env(env, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+  return relative.empty() ? "" : absl::StrCat("http://169.254.170.2", relative);
+}
+
+// Credentials from the container endpoint at `url`, with the authorization
+// token the environment gives.
+CredentialsFetcher ContainerCredentialsAt(const EnvLookup& env, const std::string& url) {
+  return ContainerCredentials(url, Env(env, "AWS_CONTAINER_AUTHORIZATION_TOKEN"),
+                              Env(env, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"));
+}
+
+// EC2 instance metadata's endpoint: AWS_EC2_METADATA_SERVICE_ENDPOINT, else
+// the link-local one.
+std::string InstanceMetadataEndpoint(const EnvLookup& env) {
+  const std::string imds = Env(env, "AWS_EC2_METADATA_SERVICE_ENDPOINT");
+  return imds.empty() ? "http://169.254.169.254" : imds;
+}
+
+// A profile's own keys (aws_access_key_id, ...); where it has none, its
+// credential_process (run now, so a broken one fails here). Neither: both
+// empty.
+struct ProfileKeys {
+  ObjectCredentials keys;
+  CredentialsFetcher process;
+};
+absl::StatusOr<ProfileKeys> KeysOfProfile(const Profiles& profiles, const std::string& name) {
+  ProfileKeys out;
+  out.keys.access_key_id = profiles.Value(name, "aws_access_key_id");
+  out.keys.secret_access_key = profiles.Value(name, "aws_secret_access_key");
+  out.keys.session_token = profiles.Value(name, "aws_session_token");
+  const std::string process = profiles.Value(name, "credential_process");
+  if (out.keys.access_key_id.empty() && !process.empty()) {
+    auto fetcher = ProcessCredentials(process);
+    if (!fetcher.ok()) return fetcher.status();
+    out.process = *std::move(fetcher);
+  }
+  return out;
+}
+
 // IAM Identity Center (SSO) credentials of a profile with `sso_session` (its
 // `[sso-session NAME]` section giving sso_region) or the older
 // `sso_start_url` + `sso_region`, and `sso_account_id` + `sso_role_name`.
@@ -199,61 +257,49 @@ absl::StatusOr<CredentialsFetcher> RoleCredentials(const Profiles& profiles, con
   const std::string credential_source = profiles.Value(profile, "credential_source");
   CredentialsFetcher source;
   if (!source_profile.empty()) {
-    auto keys_of = [&](const std::string& name) -> absl::StatusOr<CredentialsFetcher> {
-      ObjectCredentials keys;
-      keys.access_key_id = profiles.Value(name, "aws_access_key_id");
-      keys.secret_access_key = profiles.Value(name, "aws_secret_access_key");
-      keys.session_token = profiles.Value(name, "aws_session_token");
-      if (!keys.access_key_id.empty()) return FixedCredentials(std::move(keys));
-      const std::string process = profiles.Value(name, "credential_process");
-      if (!process.empty()) return ProcessCredentials(process);
-      return absl::FailedPreconditionError(absl::StrCat(
-          where, ": its source_profile \"", name,
-          "\" has no aws_access_key_id, credential_process, web_identity_token_file, SSO or role of its own"));
-    };
     if (source_profile != profile && profiles.IsRole(source_profile)) {
       auto chained = RoleCredentials(profiles, source_profile, env, region, depth + 1);
       if (!chained.ok()) return chained.status();
       source = *std::move(chained);
     } else if (source_profile != profile && !profiles.Value(source_profile, "web_identity_token_file").empty() &&
                !profiles.Value(source_profile, "role_arn").empty()) {
-      std::string session = profiles.Value(source_profile, "role_session_name");
-      if (session.empty()) session = absl::StrCat("ckpt-", getpid());
       source = WebIdentityCredentials(StsEndpoint(env, region), profiles.Value(source_profile, "role_arn"),
-                                      session, profiles.Value(source_profile, "web_identity_token_file"));
+                                      SessionName(profiles.Value(source_profile, "role_session_name")),
+                                      profiles.Value(source_profile, "web_identity_token_file"));
     } else if (source_profile != profile && profiles.IsSso(source_profile)) {
       auto sso = SsoCredentialsOf(profiles, source_profile, env);
       if (!sso.ok()) return sso.status();
       source = *std::move(sso);
     } else {
-      auto keys = keys_of(source_profile);
+      auto keys = KeysOfProfile(profiles, source_profile);
       if (!keys.ok()) return keys.status();
-      source = *std::move(keys);
+      if (!keys->keys.access_key_id.empty()) {
+        source = FixedCredentials(std::move(keys->keys));
+      } else if (keys->process) {
+        source = std::move(keys->process);
+      } else {
+        return absl::FailedPreconditionError(absl::StrCat(
+            where, ": its source_profile \"", source_profile,
+            "\" has no aws_access_key_id, credential_process, web_identity_token_file, SSO or role of its own"));
+      }
     }
   } else if (credential_source == "Environment") {
-    ObjectCredentials keys;
-    keys.access_key_id = Env(env, "AWS_ACCESS_KEY_ID");
-    keys.secret_access_key = Env(env, "AWS_SECRET_ACCESS_KEY");
-    keys.session_token = Env(env, "AWS_SESSION_TOKEN");
+    ObjectCredentials keys = EnvironmentKeys(env);
     if (keys.access_key_id.empty() || keys.secret_access_key.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           where, ": credential_source = Environment but AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set"));
     }
     source = FixedCredentials(std::move(keys));
   } else if (credential_source == "Ec2InstanceMetadata") {
-    std::string imds = Env(env, "AWS_EC2_METADATA_SERVICE_ENDPOINT");
-    source = InstanceMetadataCredentials(imds.empty() ? "http://169.254.169.254" : imds);
+    source = InstanceMetadataCredentials(InstanceMetadataEndpoint(env));
   } else if (credential_source == "EcsContainer") {
-    const std::string full = Env(env, "AWS_CONTAINER_CREDENTIALS_FULL_URI");
-    const std::string relative = Env(env, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
-    if (full.empty() && relative.empty()) {
+    const std::string url = ContainerCredentialsUrl(env);
+    if (url.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           where, ": credential_source = EcsContainer but neither AWS_CONTAINER_CREDENTIALS_FULL_URI nor "
                  "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI is set"));
     }
-    source = ContainerCredentials(!full.empty() ? full : absl::StrCat("http://169.254.170.2", relative),
-                                  Env(env, "AWS_CONTAINER_AUTHORIZATION_TOKEN"),
-                                  Env(env, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"));
+    source = ContainerCredentialsAt(env, url);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": credential_source \"", credential_source,
@@ -263,8 +309,7 @@ absl::StatusOr<CredentialsFetcher> RoleCredentials(const Profiles& profiles, con
   request.sts_endpoint = StsEndpoint(env, region);
   request.region = region;
   request.role_arn = role_arn;
-  request.session_name = profiles.Value(profile, "role_session_name");
-  if (request.session_name.empty()) request.session_name = absl::StrCat("ckpt-", getpid());
+  request.session_name = SessionName(profiles.Value(profile, "role_session_name"));
   request.external_id = profiles.Value(profile, "external_id");
   const std::string duration = profiles.Value(profile, "duration_seconds");
   if (!duration.empty() && (!absl::SimpleAtoi(duration, &request.duration_seconds) ||
@@ -337,13 +382,10 @@ absl::StatusOr<ResolvedConfig> ResolveConfig(const ObjectStoreOptions& options,
   if (options.credentials.has_value()) {
     c.credentials = *options.credentials;
   } else if (!Env(env, "AWS_ACCESS_KEY_ID").empty()) {
-    c.credentials.access_key_id = Env(env, "AWS_ACCESS_KEY_ID");
-    c.credentials.secret_access_key = Env(env, "AWS_SECRET_ACCESS_KEY");
-    c.credentials.session_token = Env(env, "AWS_SESSION_TOKEN");
+    c.credentials = EnvironmentKeys(env);
   } else if (!token_file.empty() && !role_arn.empty()) {
     const std::string sts = StsEndpoint(env, c.region);
-    if (session_name.empty()) session_name = absl::StrCat("ckpt-", getpid());
-    c.fetch_credentials = WebIdentityCredentials(sts, role_arn, session_name, token_file);
+    c.fetch_credentials = WebIdentityCredentials(sts, role_arn, SessionName(session_name), token_file);
     c.credentials_source = absl::StrCat("web identity (", token_file, " for ", role_arn, " at ", sts, ")");
   } else if (profiles.IsRole(profile)) {
     auto role = RoleCredentials(profiles, profile, env, c.region, 0);
@@ -357,30 +399,23 @@ absl::StatusOr<ResolvedConfig> ResolveConfig(const ObjectStoreOptions& options,
     c.fetch_credentials = *std::move(sso);
     c.credentials_source = absl::StrCat("SSO role ", profile_value("sso_role_name"), " of profile \"", profile, "\"");
   } else {
-    c.credentials.access_key_id = profile_value("aws_access_key_id");
-    c.credentials.secret_access_key = profile_value("aws_secret_access_key");
-    c.credentials.session_token = profile_value("aws_session_token");
-    const std::string process = profile_value("credential_process");
-    if (c.credentials.access_key_id.empty() && !process.empty()) {
-      auto fetcher = ProcessCredentials(process);
-      if (!fetcher.ok()) return fetcher.status();
-      c.fetch_credentials = *std::move(fetcher);
+    auto keys = KeysOfProfile(profiles, profile);
+    if (!keys.ok()) return keys.status();
+    c.credentials = std::move(keys->keys);
+    if (keys->process) {
+      c.fetch_credentials = std::move(keys->process);
       c.credentials_source = absl::StrCat("credential_process of profile \"", profile, "\"");
     }
   }
   const bool keys = !c.credentials.access_key_id.empty() && !c.credentials.secret_access_key.empty();
   if (!keys && !c.fetch_credentials) {
-    const std::string full = Env(env, "AWS_CONTAINER_CREDENTIALS_FULL_URI");
-    const std::string relative = Env(env, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+    const std::string url = ContainerCredentialsUrl(env);
     const std::string imds_off = absl::AsciiStrToLower(Env(env, "AWS_EC2_METADATA_DISABLED"));
-    if (!full.empty() || !relative.empty()) {
-      const std::string url = !full.empty() ? full : absl::StrCat("http://169.254.170.2", relative);
-      c.fetch_credentials = ContainerCredentials(url, Env(env, "AWS_CONTAINER_AUTHORIZATION_TOKEN"),
-                                                 Env(env, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"));
+    if (!url.empty()) {
+      c.fetch_credentials = ContainerCredentialsAt(env, url);
       c.credentials_source = absl::StrCat("the container credentials endpoint ", url);
     } else if (imds_off != "true") {
-      std::string imds = Env(env, "AWS_EC2_METADATA_SERVICE_ENDPOINT");
-      if (imds.empty()) imds = "http://169.254.169.254";
+      const std::string imds = InstanceMetadataEndpoint(env);
       c.fetch_credentials = InstanceMetadataCredentials(imds);
       c.credentials_source = absl::StrCat("EC2 instance metadata at ", imds);
     }
