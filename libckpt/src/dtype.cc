@@ -27,7 +27,23 @@ constexpr std::array<DTypeEntry, kNumDTypes> kDTypes = {{
     {DType::kBFloat16, "bfloat16", 2},
     {DType::kFloat32, "float32", 4},
     {DType::kFloat64, "float64", 8},
+    {DType::kComplex64, "complex64", 8},
+    {DType::kComplex128, "complex128", 16},
+    {DType::kFloat8E4M3Fn, "float8_e4m3fn", 1},
+    {DType::kFloat8E5M2, "float8_e5m2", 1},
+    {DType::kFloat8E4M3Fnuz, "float8_e4m3fnuz", 1},
+    {DType::kFloat8E5M2Fnuz, "float8_e5m2fnuz", 1},
+    {DType::kFloat8E8M0Fnu, "float8_e8m0fnu", 1},
 }};
+
+// The table is indexed by the enum's value.
+constexpr bool TableFollowsEnum() {
+  for (size_t i = 0; i < kDTypes.size(); ++i) {
+    if (static_cast<size_t>(kDTypes[i].dtype) != i) return false;
+  }
+  return true;
+}
+static_assert(TableFollowsEnum(), "kDTypes must list the DType enumerators in order");
 
 }  // namespace
 
@@ -46,6 +62,11 @@ absl::StatusOr<DType> DTypeFromName(absl::string_view name) {
     if (entry.name == name) return entry.dtype;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", name, "\""));
+}
+
+size_t DTypeScalarSize(DType dtype) {
+  const size_t size = DTypeSize(dtype);
+  return dtype == DType::kComplex64 || dtype == DType::kComplex128 ? size / 2 : size;
 }
 
 bool IsFloatingDType(DType dtype) {

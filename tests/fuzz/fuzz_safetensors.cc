@@ -103,8 +103,12 @@ bool IsUtf8(const std::string& s) {
 }
 
 const char* SafetensorsName(ckpt::DType dtype) {
-  static const char* const kNames[] = {"BOOL", "U8",  "I8",  "I16",  "I32", "I64", "U16",
-                                       "U32",  "U64", "F16", "BF16", "F32", "F64"};
+  // By enum value; complex128 has no safetensors name.
+  static const char* const kNames[] = {"BOOL",    "U8",      "I8",          "I16",        "I32",
+                                       "I64",     "U16",     "U32",         "U64",        "F16",
+                                       "BF16",    "F32",     "F64",         "C64",        nullptr,
+                                       "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == ckpt::kNumDTypes);
   const auto v = static_cast<uint8_t>(dtype);
   return v < ckpt::kNumDTypes ? kNames[v] : nullptr;
 }

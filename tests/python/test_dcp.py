@@ -64,6 +64,32 @@ def test_save_load_round_trip_bit_identical(root, ckpt_restore):
     assert "app.extra.blob" in names  # the BytesIO, as bytes
 
 
+class _Rope(torch.nn.Module):
+    """torchtitan's Llama keeps its RoPE table as a persistent complex64
+    buffer (freqs_cis), and FP8 training keeps float8 tensors in the state."""
+
+    def __init__(self, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.proj = torch.nn.Linear(8, 8)
+        angles = torch.outer(torch.arange(16).float(), torch.rand(4, generator=g))
+        self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles), persistent=True)
+        self.register_buffer("w8", torch.randn(8, 8, generator=g).to(torch.float8_e4m3fn))
+
+
+def test_complex_and_float8_buffers_round_trip(root):
+    saved, fresh = _Rope(1), _Rope(2)
+    dcp.save({"model": saved.state_dict()}, storage_writer=ckpt.dcp.StorageWriter(root), checkpoint_id=1)
+    into = {"model": fresh.state_dict()}
+    dcp.load(into, storage_reader=ckpt.dcp.StorageReader(root))
+    fresh.load_state_dict(into["model"])
+    for name, want in saved.state_dict().items():
+        got = fresh.state_dict()[name]
+        assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), name
+    dtypes = {x["name"]: x["dtype"] for x in ckpt.describe(root, 1)["tensors"]}
+    assert dtypes["model.freqs_cis"] == "complex64" and dtypes["model.w8"] == "float8_e4m3fn"
+
+
 def test_custom_planners_and_their_metadata(root):
     """A SavePlanner that keeps only the model and adds its own planner data,
     and a LoadPlanner that sees the metadata as saved and loads partially."""

@@ -19,7 +19,10 @@ from training import make_model, state_of, train_step
 DTYPES = {
     "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
     "I32": torch.int32, "I64": torch.int64, "F16": torch.float16, "BF16": torch.bfloat16,
-    "F32": torch.float32, "F64": torch.float64,
+    "F32": torch.float32, "F64": torch.float64, "U16": torch.uint16, "U32": torch.uint32,
+    "U64": torch.uint64, "C64": torch.complex64, "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2, "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
+    "F8_E5M2FNUZ": torch.float8_e5m2fnuz, "F8_E8M0": torch.float8_e8m0fnu,
 }
 
 
@@ -130,6 +133,13 @@ def every_dtype_state():
         "scalar": torch.tensor(3.25),
         "empty": torch.empty(0, 4),
         "special": torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0]),
+        "u16": torch.randint(0, 2**16, (4,), generator=g).to(torch.uint16),
+        "u64": torch.randint(0, 2**62, (4,), generator=g).to(torch.uint64),
+        "freqs_cis": torch.polar(torch.ones(8, 4), torch.randn(8, 4, generator=g)),  # complex64
+        "f8_e4m3": torch.randn(16, generator=g).to(torch.float8_e4m3fn),
+        "f8_e5m2": torch.randn(16, generator=g).to(torch.float8_e5m2),
+        "f8_e4m3fnuz": torch.randn(16, generator=g).to(torch.float8_e4m3fnuz),
+        "f8_e5m2fnuz": torch.randn(16, generator=g).to(torch.float8_e5m2fnuz),
     }
 
 
@@ -161,6 +171,27 @@ def test_safetensors_own_loader_reads_the_export(root, tmp_path, ckpt_restore):
     loaded = safetensors_torch.load_file(str(out))
     for k, v in state.items():
         assert torch.equal(bits(loaded[f"t.{k}"]), bits(v)), k
+
+
+def test_dtypes_safetensors_cannot_name(root, tmp_path, ckpt_restore):
+    # float8_e8m0fnu is in the format's specification (F8_E8M0; the
+    # safetensors package's torch loader does not map it yet): exported, read
+    # back from the specification. complex128 has no name: refused, naming
+    # the tensor and its dtype, and no file is left.
+    scales = torch.exp2(torch.arange(-4, 4).float()).to(torch.float8_e8m0fnu)
+    with ckpt.Checkpointer(root) as cp:
+        cp.save(1, {"scales": scales})
+        cp.save(2, {"scales": scales, "z": torch.randn(3, dtype=torch.complex128)})
+    out = tmp_path / "scales.safetensors"
+    export(ckpt_restore, root, out, "--step", "1")
+    tensors, _ = read_safetensors(out)
+    assert torch.equal(bits(tensors["scales"]), bits(scales))
+    refused = tmp_path / "z.safetensors"
+    r = subprocess.run([ckpt_restore, "--root", root, "--out", str(refused), "--step", "2"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert '"z" is complex128' in r.stderr and "safetensors cannot name" in r.stderr, r.stderr
+    assert not refused.exists()
 
 
 def test_export_refuses_to_overwrite(root, tmp_path, ckpt_restore):

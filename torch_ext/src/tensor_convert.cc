@@ -18,6 +18,13 @@
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
 #define CKPT_TORCH_HAS_UINT_WIDE 1
 #endif
+// 2.2 has every 8-bit float but float8_e8m0fnu, which came with 2.7.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+#define CKPT_TORCH_HAS_FLOAT8 1
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+#define CKPT_TORCH_HAS_FLOAT8_E8M0 1
+#endif
 
 namespace ckpt::torch_ext {
 namespace {
@@ -84,6 +91,17 @@ std::optional<DType> ToCkptDType(c10::ScalarType type) {
     case c10::ScalarType::BFloat16: return DType::kBFloat16;
     case c10::ScalarType::Float: return DType::kFloat32;
     case c10::ScalarType::Double: return DType::kFloat64;
+    case c10::ScalarType::ComplexFloat: return DType::kComplex64;
+    case c10::ScalarType::ComplexDouble: return DType::kComplex128;
+#ifdef CKPT_TORCH_HAS_FLOAT8
+    case c10::ScalarType::Float8_e4m3fn: return DType::kFloat8E4M3Fn;
+    case c10::ScalarType::Float8_e5m2: return DType::kFloat8E5M2;
+    case c10::ScalarType::Float8_e4m3fnuz: return DType::kFloat8E4M3Fnuz;
+    case c10::ScalarType::Float8_e5m2fnuz: return DType::kFloat8E5M2Fnuz;
+#endif
+#ifdef CKPT_TORCH_HAS_FLOAT8_E8M0
+    case c10::ScalarType::Float8_e8m0fnu: return DType::kFloat8E8M0Fnu;
+#endif
 #ifdef CKPT_TORCH_HAS_UINT_WIDE
     case c10::ScalarType::UInt16: return DType::kUInt16;
     case c10::ScalarType::UInt32: return DType::kUInt32;
@@ -105,6 +123,17 @@ std::optional<c10::ScalarType> ToTorchDType(DType dtype) {
     case DType::kBFloat16: return c10::ScalarType::BFloat16;
     case DType::kFloat32: return c10::ScalarType::Float;
     case DType::kFloat64: return c10::ScalarType::Double;
+    case DType::kComplex64: return c10::ScalarType::ComplexFloat;
+    case DType::kComplex128: return c10::ScalarType::ComplexDouble;
+#ifdef CKPT_TORCH_HAS_FLOAT8
+    case DType::kFloat8E4M3Fn: return c10::ScalarType::Float8_e4m3fn;
+    case DType::kFloat8E5M2: return c10::ScalarType::Float8_e5m2;
+    case DType::kFloat8E4M3Fnuz: return c10::ScalarType::Float8_e4m3fnuz;
+    case DType::kFloat8E5M2Fnuz: return c10::ScalarType::Float8_e5m2fnuz;
+#endif
+#ifdef CKPT_TORCH_HAS_FLOAT8_E8M0
+    case DType::kFloat8E8M0Fnu: return c10::ScalarType::Float8_e8m0fnu;
+#endif
 #ifdef CKPT_TORCH_HAS_UINT_WIDE
     case DType::kUInt16: return c10::ScalarType::UInt16;
     case DType::kUInt32: return c10::ScalarType::UInt32;

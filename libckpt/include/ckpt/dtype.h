@@ -26,9 +26,16 @@ enum class DType : uint8_t {
   kBFloat16,
   kFloat32,
   kFloat64,
+  kComplex64,   // two float32s (real, imaginary), as torch.complex64
+  kComplex128,  // two float64s
+  kFloat8E4M3Fn,    // torch.float8_e4m3fn (OCP FP8 E4M3)
+  kFloat8E5M2,      // torch.float8_e5m2
+  kFloat8E4M3Fnuz,  // torch.float8_e4m3fnuz
+  kFloat8E5M2Fnuz,  // torch.float8_e5m2fnuz
+  kFloat8E8M0Fnu,   // torch.float8_e8m0fnu (MX block scales)
 };
 
-inline constexpr int kNumDTypes = 13;
+inline constexpr int kNumDTypes = 20;
 
 // `DTypeSize` returns the size of one element in bytes (1 for `kBool`), or 0
 // for a value outside the enum.
@@ -45,8 +52,18 @@ absl::StatusOr<DType> DTypeFromName(absl::string_view name);
 // `IsValidDType` is true for the enumerators above.
 bool IsValidDType(DType dtype);
 
-// `IsFloatingDType` is true for fp16, bf16, fp32 and fp64.
+// `IsFloatingDType` is true for fp16, bf16, fp32 and fp64: the types top-k
+// deltas keep the largest changes of and exports convert between. Complex and
+// 8-bit float tensors are stored, compressed and delta-coded exactly, like
+// integers.
 bool IsFloatingDType(DType dtype);
+
+// `DTypeScalarSize` is the size of one real number in an element: half the
+// element for the complex types (a real and an imaginary part), the whole
+// element otherwise. Byte planes (float compression, xor_planes deltas) are
+// cut at this width, so the parts of a complex number are coded like the
+// floats they are.
+size_t DTypeScalarSize(DType dtype);
 
 }  // namespace ckpt
 

@@ -52,7 +52,7 @@ absl::Status DecodeZstd(const char* stored, size_t stored_bytes, char* dst, size
 
 absl::Status DecodePlanes(const char* stored, size_t stored_bytes, char* dst, size_t n,
                           DType dtype, WorkerPool* pool) {
-  return DecodePlaneBlocks(stored, stored_bytes, DTypeSize(dtype), dst, n, /*xor_into=*/false, pool);
+  return DecodePlaneBlocks(stored, stored_bytes, DTypeScalarSize(dtype), dst, n, /*xor_into=*/false, pool);
 }
 
 template <RecordEncoding kEncoding>

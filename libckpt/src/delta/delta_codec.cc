@@ -425,7 +425,9 @@ absl::StatusOr<DeltaRecord> EncodeExactDelta(std::span<const Piece> x, char* r, 
   const uint64_t numel = elem == 0 ? 0 : n / elem;
   DeltaRecord record;
   record.changed = CountChanged(x, r, elem);
-  const bool planes = elem == 2 || elem == 4 || elem == 8;
+  // Planes of each real number (a complex element's parts apart).
+  const size_t plane_elem = DTypeScalarSize(dtype);
+  const bool planes = plane_elem == 2 || plane_elem == 4 || plane_elem == 8;
   const bool try_sparse = record.changed * kDenseChangedDenominator <= numel;
   const bool try_dense = record.changed * kSparseChangedDenominator > numel;
   if (try_sparse) {
@@ -445,7 +447,7 @@ absl::StatusOr<DeltaRecord> EncodeExactDelta(std::span<const Piece> x, char* r, 
   }
   if (try_dense && planes) {
     std::vector<char> dense = TakeSpare();
-    CKPT_RETURN_IF_ERROR(EncodeBlocks(x, r, n, elem, zstd_level, pool, &dense));  // r = X
+    CKPT_RETURN_IF_ERROR(EncodeBlocks(x, r, n, plane_elem, zstd_level, pool, &dense));  // r = X
     if (!try_sparse || dense.size() < record.bytes.size()) {
       std::swap(record.bytes, dense);
       record.encoding = RecordEncoding::kXorPlanes;
@@ -550,7 +552,8 @@ absl::Status ApplyDelta(RecordEncoding encoding, const char* payload, size_t pay
   const size_t elem = DTypeSize(dtype);
   switch (encoding) {
     case RecordEncoding::kXorPlanes:
-      return DecodePlaneBlocks(payload, payload_bytes, elem, dst, n, /*xor_into=*/true, pool);
+      return DecodePlaneBlocks(payload, payload_bytes, DTypeScalarSize(dtype), dst, n, /*xor_into=*/true,
+                               pool);
     case RecordEncoding::kXor:
       return ApplyXor(payload, payload_bytes, dst, n);
     case RecordEncoding::kSparse:

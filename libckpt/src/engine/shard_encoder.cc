@@ -170,7 +170,7 @@ class PlanesShardEncoder final : public ShardEncoder {
       const PlannedRecord& rec = job_.plan[chunk.shard].records[part.record];
       // (Blocks hold whole elements: records start 4 KiB-aligned and chunks
       // are multiples of 4 KiB; AppendPlaneBlock refuses anything else.)
-      const size_t elem = DTypeSize(job_.tensors[rec.tensor].dtype);
+      const size_t elem = DTypeScalarSize(job_.tensors[rec.tensor].dtype);
       blocks_[i].clear();
       part.status = AppendPlaneBlock(data[part.chunk] + (part.lo - chunk.file_offset), part.hi - part.lo,
                                      elem, level_, !part.compress, &blocks_[i]);

@@ -33,6 +33,13 @@ const char* SafetensorsDType(DType dtype) {
     case DType::kBFloat16: return "BF16";
     case DType::kFloat32: return "F32";
     case DType::kFloat64: return "F64";
+    case DType::kComplex64: return "C64";
+    case DType::kFloat8E4M3Fn: return "F8_E4M3";
+    case DType::kFloat8E5M2: return "F8_E5M2";
+    case DType::kFloat8E4M3Fnuz: return "F8_E4M3FNUZ";
+    case DType::kFloat8E5M2Fnuz: return "F8_E5M2FNUZ";
+    case DType::kFloat8E8M0Fnu: return "F8_E8M0";
+    case DType::kComplex128: return nullptr;  // safetensors has no 128-bit complex
   }
   return nullptr;
 }
@@ -70,7 +77,8 @@ absl::StatusOr<std::string> SafetensorsHeaderWith(
     const char* dtype = SafetensorsDType(t->dtype);
     if (dtype == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor \"", absl::CHexEscape(t->name), "\" has a dtype safetensors cannot name"));
+          absl::StrCat("tensor \"", absl::CHexEscape(t->name), "\" is ", DTypeName(t->dtype),
+                       ", which safetensors cannot name"));
     }
     if (t->name == "__metadata__" || !names.insert(t->name).second) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -20,7 +20,7 @@ absl::StatusOr<std::vector<char>> EncodePlanesRecord(std::span<const Piece> x, s
   auto encode = [&](size_t b) {
     const size_t offset = b * kPlaneBlockBytes;
     status[b] = AppendPlaneBlock(bytes.data() + offset, std::min(kPlaneBlockBytes, n - offset),
-                                 DTypeSize(dtype), zstd_level, /*store_raw=*/false, &encoded[b]);
+                                 DTypeScalarSize(dtype), zstd_level, /*store_raw=*/false, &encoded[b]);
   };
   if (pool != nullptr) {
     pool->ParallelFor(blocks, encode);

@@ -13,10 +13,6 @@ import torch
 from . import _dtensor, _tree
 from .errors import CheckpointError
 
-_DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
-           "int32": torch.int32, "int64": torch.int64, "float16": torch.float16,
-           "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
-_DTYPES.update({n: getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)})
 
 # Placements every rank's view of a multi-rank checkpoint holds alike: what
 # loads onto another number of ranks.
@@ -281,7 +277,7 @@ def _dtype_name(dtype):
 
 def dtype_of(name, tensor):
     try:
-        return _DTYPES[name]
+        return _tree.DTYPES_BY_NAME[name]
     except KeyError:
         raise CheckpointError(f"ckpt: tensor {tensor!r} has dtype {name}, which this torch "
                               f"({torch.__version__}) cannot hold") from None

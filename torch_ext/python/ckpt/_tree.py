@@ -53,11 +53,14 @@ FORMAT = 1
 _INT64_MIN = -(2 ** 63)
 _INT64_MAX = 2 ** 63 - 1
 _SCALAR_KEY_TYPES = (type(None), bool, int, float, str)
-# Element types a checkpoint holds (the library's dtypes that this torch has).
-SAVABLE_DTYPES = frozenset(
-    [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-     torch.bfloat16, torch.float32, torch.float64]
-    + [getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)])
+# Element types a checkpoint holds, by the name the manifest gives them (the
+# library's dtypes that this torch has; the names are torch's own).
+DTYPES_BY_NAME = {n: getattr(torch, n) for n in (
+    "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+    if hasattr(torch, n)}
+SAVABLE_DTYPES = frozenset(DTYPES_BY_NAME.values())
 
 
 class _Flattener:
@@ -226,8 +229,8 @@ def check_savable(x, path):
                         "only dense (strided) tensors are saved")
     if x.dtype not in SAVABLE_DTYPES:
         raise TypeError(f"ckpt: cannot save the tensor at {_where(path)}: its dtype {x.dtype} "
-                        "is not one a checkpoint holds (bool, uint8, int8..int64, float16, "
-                        "bfloat16, float32, float64)")
+                        "is not one a checkpoint holds (bool, uint8..uint64, int8..int64, "
+                        "float16, bfloat16, float32, float64, complex64, complex128, float8_*)")
 
 
 def _distributed_kind(cls):
