@@ -65,8 +65,9 @@ def test_save_load_round_trip_bit_identical(root, ckpt_restore):
 
 
 class _Rope(torch.nn.Module):
-    """torchtitan's Llama keeps its RoPE table as a persistent complex64
-    buffer (freqs_cis), and FP8 training keeps float8 tensors in the state."""
+    """A RoPE table as a persistent complex64 buffer (freqs_cis; torchtitan's
+    Llama registered it persistent for seed checkpoints, and Llama-style
+    models still do), and a float8 tensor as FP8 training keeps them."""
 
     def __init__(self, seed):
         super().__init__()
