@@ -3,6 +3,7 @@ the message text (which holds roots and paths that may look like codes)."""
 import os
 import shutil
 
+import numpy
 import pytest
 import torch
 
@@ -82,3 +83,20 @@ def test_last_error_records_the_code_on_the_throwing_thread(root):
     code, message = torch.ops.ckpt.last_error()
     assert code == "NOT_FOUND" and message in str(info.value)
     assert torch.ops.ckpt.last_error() == ("", "")
+
+
+@pytest.mark.parametrize("step", [1.5, 2.0, True, "3", None], ids=repr)
+def test_a_step_that_is_not_an_integer_is_refused(root, step):
+    # int(1.5) would have saved it as step 1, and True as step 1.
+    with ckpt.Checkpointer(root) as cp:
+        with pytest.raises(TypeError, match="a step is an integer"):
+            cp.save_async(step, {"w": torch.ones(2)})
+        cp.save(numpy.int64(4), {"w": torch.ones(2)})  # integral types still are steps
+        cp.save(torch.tensor(5), {"w": torch.zeros(2)})
+    assert ckpt.list_steps(root) == [4, 5]
+    if step is not None:
+        with pytest.raises(TypeError, match="a step is an integer"):
+            ckpt.load(root, step=step)
+        with pytest.raises(TypeError, match="a step is an integer"):
+            ckpt.verify(root, step)
+    assert torch.equal(ckpt.load(root, step=numpy.int32(4))["w"], torch.ones(2))

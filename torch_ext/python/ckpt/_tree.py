@@ -44,6 +44,7 @@ DTensor) and anything else are refused with a TypeError naming where they
 are: nothing is ever pickled, so loading a checkpoint never runs code.
 """
 import collections
+import operator
 
 import torch
 
@@ -220,6 +221,18 @@ def is_stateful(x):
     """Whether `x` is an object (not a class) with state_dict() and load_state_dict()."""
     return not isinstance(x, type) and callable(getattr(x, "state_dict", None)) and \
         callable(getattr(x, "load_state_dict", None))
+
+
+def as_step(step):
+    """`step` as an int: an int, or anything integral that says so through
+    __index__ (numpy and 0-d integer torch scalars); TypeError for a bool, a
+    float (1.5 would have been saved as step 1) or anything else."""
+    if isinstance(step, bool):
+        raise TypeError(f"ckpt: a step is an integer, not the bool {step!r}")
+    try:
+        return operator.index(step)
+    except TypeError:
+        raise TypeError(f"ckpt: a step is an integer, not {step!r} ({type(step).__name__})") from None
 
 
 def check_savable(x, path):

@@ -207,7 +207,7 @@ class Checkpointer:
         start = time.perf_counter()
         self._saves.catch_up()  # a save that failed by now is reported now
         self._raise_unseen()
-        step = int(step)
+        step = _tree.as_step(step)
         flat = _tree.flatten_for_save(state, multi_rank=self.process_group is not None)
         names, tensors = flat.names, flat.tensors
         placements = self._placements.of(names, sharded=flat.chunks)

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 
+from . import _tree
 from .errors import error_for
 
 # ckpt-restore's documented exit codes (docs/ckpt-restore.md) -> status codes.
@@ -95,7 +96,7 @@ def _run_export(what, flag, root, out, step, rank, options):
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
         raise ValueError(f"ckpt: rank must be None or a rank >= 0, got {rank!r}")
     args = [_ckpt_restore(), "--root", os.fspath(root), flag, out, "--progress=never"]
-    args += ["--latest"] if step is None else ["--step", str(int(step))]
+    args += ["--latest"] if step is None else ["--step", str(_tree.as_step(step))]
     args += options
     if rank is not None:
         args += ["--rank", str(rank)]

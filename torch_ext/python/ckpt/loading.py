@@ -34,7 +34,7 @@ def describe(root, step=None, rank=None):
     names, every other one as "rank<r>/<name>")."""
     _lib.load()
     with translate():
-        return json.loads(torch.ops.ckpt.describe(str(root), None if step is None else int(step),
+        return json.loads(torch.ops.ckpt.describe(str(root), None if step is None else _tree.as_step(step),
                                                   _rank(rank)))
 
 
@@ -44,7 +44,7 @@ def verify(root, step, rank=None):
     the file and tensor if one fails."""
     _lib.load()
     with translate():
-        torch.ops.ckpt.verify(str(root), int(step), _rank(rank))
+        torch.ops.ckpt.verify(str(root), _tree.as_step(step), _rank(rank))
 
 
 def _rank(rank):
@@ -292,7 +292,7 @@ def _read_part(root, step, rank, stats=None):
     `rank`'s part of it; rank None: all of a single-process checkpoint, or of
     a multi-rank one whose tensors are all global (through rank 0's view,
     where they are whole), else ValueError before anything is read."""
-    step = None if step is None else int(step)
+    step = None if step is None else _tree.as_step(step)
     described = None
     if rank is None:
         described, world = _world(root, step)
@@ -329,8 +329,8 @@ def _load_all_ranks(root, step, stats=None):
             stats["bytes_loaded"] = loaded
         return parts
 
-    if step is not None and int(step) >= 0:
-        return int(step), read_all(int(step))
+    if step is not None and _tree.as_step(step) >= 0:
+        return _tree.as_step(step), read_all(_tree.as_step(step))
     return newest_that_reads(root, read_all)
 
 
@@ -373,8 +373,9 @@ def _load_into(root, step, into, strict, rank=None, stats=None):
     loads) into `into`: rank `rank`'s part, or with rank None a
     single-process checkpoint or the global tensors of a multi-rank one."""
     state_dicts = {}  # id(stateful object) -> its state_dict(), taken once per load
-    if step is not None and int(step) >= 0:
-        return int(step), _load_step_into(root, int(step), into, strict, state_dicts, rank, stats)
+    if step is not None and _tree.as_step(step) >= 0:
+        step = _tree.as_step(step)
+        return step, _load_step_into(root, step, into, strict, state_dicts, rank, stats)
     return newest_that_reads(
         root, lambda s: _load_step_into(root, s, into, strict, state_dicts, rank, stats))
 
