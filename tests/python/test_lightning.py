@@ -207,6 +207,27 @@ def test_trainer_resumes_bit_identically_and_keeps_chains_whole(package, tmp_pat
     assert len(saved) > len(kept)  # (some saves were removed and their steps freed)
 
 
+@pytest.mark.parametrize("package", PACKAGES)
+def test_load_from_checkpoint_reads_the_step_a_pointer_names(package, tmp_path):
+    # LightningModule.load_from_checkpoint reads the file with torch.load,
+    # not through the trainer's CheckpointIO: a pointer used to fail there
+    # with an UnpicklingError. Now it loads the step the pointer names.
+    L, callbacks = lightning_api(package)
+    train, val = loaders()
+    dirpath = str(tmp_path / "lightning")
+    best = callbacks.ModelCheckpoint(dirpath=dirpath, monitor="val_loss", save_top_k=1)
+    model = make_module(L)
+    trainer(L, 2, plugins=[CkptCheckpointIO(str(tmp_path / "root"))], callbacks=[best]).fit(model, train, val)
+    assert ckpt.lightning.read_pointer(best.best_model_path) is not None
+    for map_location in (None, "cpu", {"cpu": "cpu"}, lambda storage, location: storage):
+        restored = type(model).load_from_checkpoint(best.best_model_path, map_location=map_location)
+        assert type(restored) is type(model)
+        for (name, a), (_, b) in zip(model.state_dict().items(), restored.state_dict().items()):
+            assert torch.equal(a, b), f"{name} differs from the trained model's"
+    saving = importlib.import_module(f"{L.__name__}.core.saving")
+    assert saving.pl_load.__wrapped__ is not None  # what every other file goes to
+
+
 def test_pointer_of_a_plain_file_falls_back_to_torch_load(tmp_path):
     path = tmp_path / "old.ckpt"
     torch.save({"epoch": 1, "state_dict": {"w": torch.ones(2)}}, path)

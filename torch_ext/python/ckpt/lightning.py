@@ -193,11 +193,7 @@ class CkptCheckpointIO(_BASES[0]):
         pointer = read_pointer(path)
         if pointer is None:  # not ours: a checkpoint torch.save wrote
             return torch.load(path, map_location=map_location, weights_only=weights_only)
-        root = pointer["root"] if os.path.isdir(pointer["root"]) else self.root
-        state = load(root, step=int(pointer["step"]))
-        if map_location is not None:
-            state = _map_location(state, map_location)
-        return state
+        return _load_pointed(path, pointer, map_location, fallback_root=self.root)
 
     @staticmethod
     def step_of(path):
@@ -316,22 +312,82 @@ for _base in _BASES[1:]:
     _base.register(CkptCheckpointIO)
 
 
+def _load_pointed(path, pointer, map_location, fallback_root=None):
+    """The checkpoint that pointer file `path` (read: `pointer`) names, read
+    from its root (or `fallback_root` when that root is gone, e.g. the run
+    moved), tensors placed as `map_location` says."""
+    root = pointer["root"]
+    if not os.path.isdir(root) and fallback_root is not None:
+        root = fallback_root
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"ckpt.lightning: {path} points to step {pointer['step']} of the ckpt "
+                                f"root {pointer['root']}, which does not exist here")
+    state = load(root, step=int(pointer["step"]))
+    return state if map_location is None else _map_location(state, map_location)
+
+
+def _pointer_aware(pl_load):
+    """Lightning's `pl_load` (torch.load through fsspec, which
+    `LightningModule.load_from_checkpoint` and
+    `LightningDataModule.load_from_checkpoint` call), reading a pointer file
+    this plugin wrote through ckpt and anything else as before."""
+    if getattr(pl_load, "_ckpt_pointer_aware", False):
+        return pl_load
+
+    def load_pointer_or_file(path_or_url, map_location=None, *args, **kwargs):
+        if isinstance(path_or_url, (str, os.PathLike)):
+            pointer = read_pointer(os.fspath(path_or_url))
+            if pointer is not None:
+                return _load_pointed(os.fspath(path_or_url), pointer, map_location)
+        return pl_load(path_or_url, map_location, *args, **kwargs)
+
+    load_pointer_or_file._ckpt_pointer_aware = True
+    load_pointer_or_file.__wrapped__ = pl_load
+    return load_pointer_or_file
+
+
+def _hook_load_from_checkpoint():
+    """Makes `Model.load_from_checkpoint(pointer)` load the step the pointer
+    names (it reads the file with torch.load, not with the trainer's
+    CheckpointIO), in each Lightning package that is installed."""
+    for module in ("lightning.pytorch.core.saving", "pytorch_lightning.core.saving"):
+        try:
+            saving = __import__(module, fromlist=["pl_load"])
+        except ImportError:
+            continue
+        if hasattr(saving, "pl_load"):
+            saving.pl_load = _pointer_aware(saving.pl_load)
+
+
+_hook_load_from_checkpoint()
+
+
 def _map_location(state, map_location):
-    """`state` with its tensors moved as torch.load's `map_location` would
-    (a device, a device string, or a dict {from: to}: ckpt loads onto the
-    CPU, so only "cpu"'s entry counts); a callable is refused."""
-    if callable(map_location):
-        raise TypeError("ckpt.lightning: load_checkpoint takes map_location as a device or a "
-                        "dict, not a callable")
+    """`state` with its tensors placed as torch.load's `map_location` would:
+    a device, a device string, a dict {from: to} (ckpt loads onto the CPU,
+    so only "cpu"'s entry counts), or a callable(storage, "cpu") returning
+    the storage to use or None (Lightning's default map_location)."""
+    if callable(map_location) and not isinstance(map_location, (str, torch.device)):
+        return _map_by_callable(state, map_location)
     if isinstance(map_location, dict):
         map_location = map_location.get("cpu", "cpu")
     device = torch.device(map_location)
     if device.type == "cpu":
         return state
+    return _moved(state, lambda t: t.to(device))
 
+
+def _map_by_callable(state, fn):
+    def place(t):
+        storage = fn(t.untyped_storage(), "cpu")
+        return t if storage is None or storage.device.type == "cpu" else t.to(storage.device)
+    return _moved(state, place)
+
+
+def _moved(state, place):
     def move(x):  # (ckpt.load returns only these containers)
         if isinstance(x, torch.Tensor):
-            return x.to(device)
+            return place(x)
         if isinstance(x, dict):
             out = type(x)((k, move(v)) for k, v in x.items())
             if hasattr(x, "_metadata"):
