@@ -89,13 +89,56 @@ def test_other_objects_are_refused(root, value, what):
     assert ckpt.list_steps(root) == [2]
 
 
-def test_numpy_values_are_refused(root):
+def test_numpy_arrays_and_scalars_round_trip_as_numpy(root):
+    # np.random.get_state() (a tuple holding a uint32 array), numpy metrics
+    # and arrays of every layout come back as numpy values of the same dtype,
+    # shape and bits; a load into= replaces them like any non-tensor leaf.
+    np = pytest.importorskip("numpy")
+    rng = np.random.RandomState(5)
+    state = {
+        "np_rng": np.random.RandomState(9).get_state(), "loss": np.float64(0.25), "lr": np.float32(1e-3),
+        "count": np.int64(-7), "flag": np.bool_(True), "u": np.uint16(65535),
+        "zero_d": np.array(2.5), "grid": np.arange(24, dtype=np.int32).reshape(2, 3, 4),
+        "fortran": np.asfortranarray(rng.rand(3, 5)), "strided": np.arange(20.0)[::3],
+        "big_endian": np.arange(5, dtype=">i4"), "readonly": np.frombuffer(b"\x01\x02\x03", dtype=np.uint8),
+        "complex": np.array([1 + 2j, -0.5j], dtype=np.complex128), "empty": np.zeros((0, 3), np.float16),
+        "nan": np.array([np.nan, -0.0, np.inf]),
+    }
+    got = roundtrip(root, state)
+    for key, want in state.items():
+        have = got[key]
+        if key == "np_rng":
+            assert type(have) is tuple and have[0] == want[0] and have[2:] == want[2:]
+            have, want = have[1], want[1]
+        assert type(have) is type(want), key
+        if isinstance(want, np.ndarray):
+            assert have.dtype == want.dtype.newbyteorder("=") and have.shape == want.shape, key
+            assert have.tobytes() == want.astype(want.dtype.newbyteorder("=")).tobytes(), key
+        else:
+            assert have.dtype == want.dtype and have.tobytes() == want.tobytes(), key
+    restored = np.random.RandomState(0)
+    restored.set_state(got["np_rng"])
+    assert restored.rand() == np.random.RandomState(9).rand()  # it goes on where it was saved
+    into = {"np_rng": np.random.RandomState(1).get_state(), "grid": np.zeros(1), "loss": 0.0}
+    ckpt.load(root, into=into, strict=False)
+    assert np.array_equal(into["grid"], state["grid"]) and into["loss"] == np.float64(0.25)
+    assert np.array_equal(into["np_rng"][1], state["np_rng"][1])
+    # The tree says it holds numpy values (a reader that knows none refuses it).
+    assert ckpt.describe(root)["extras"]["ckpt.python"]["format"] == 2
+
+
+def test_numpy_values_that_are_not_numbers_are_refused(root):
     np = pytest.importorskip("numpy")
     cp = ckpt.Checkpointer(root)
-    for value in (np.float64(1.0), np.int64(3), np.zeros(3)):
-        with pytest.raises(TypeError, match="never pickled"):
+    for value, what in ((np.array(["a"]), "<U1"), (np.array([object()]), "object"),
+                        (np.datetime64("2026-01-01"), "datetime64"), (np.zeros(2, np.longdouble), "float128")):
+        with pytest.raises(TypeError, match=f"at state\\['x'\\].*{what}"):
             cp.save_async(1, {"x": value})
     cp.close()
+    assert ckpt.list_steps(root) == []
+    with ckpt.Checkpointer(root) as cp:  # a tree with no numpy value stays format 1
+        cp.save(1, {"x": 1.5})
+    assert ckpt.describe(root)["extras"]["ckpt.python"]["format"] == 1
 
 
 def test_bad_keys_and_cycles_are_refused(root):

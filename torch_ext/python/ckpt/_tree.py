@@ -19,6 +19,9 @@ structure. Types survive exactly:
   torch.Size        {"$size": [...]}
   torch.dtype       {"$dtype": "float32"}
   torch.device      {"$device": "cuda:0"}
+  numpy.ndarray     {"$ndarray": name}           (a tensor of the array's dtype and shape)
+  numpy scalar      {"$npscalar": ["float32", "0000c03f"]}   (dtype, little-endian bytes in hex:
+                                                  exact, NaN payloads too)
 
 Aliases (tied weights): a tensor that is the same view of the same storage
 as one met earlier in the walk (same storage, offset, shape, strides, dtype:
@@ -45,12 +48,16 @@ are: nothing is ever pickled, so loading a checkpoint never runs code.
 """
 import collections
 import operator
+import sys
 
 import torch
 
 from . import _dtensor
 
 FORMAT = 1
+# A tree with numpy values is format 2 (a reader of format 1 only would not
+# know their nodes); every other tree stays format 1, readable by any reader.
+FORMAT_WITH_NUMPY = 2
 _INT64_MIN = -(2 ** 63)
 _INT64_MAX = 2 ** 63 - 1
 _SCALAR_KEY_TYPES = (type(None), bool, int, float, str)
@@ -62,6 +69,10 @@ DTYPES_BY_NAME = {n: getattr(torch, n) for n in (
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
     if hasattr(torch, n)}
 SAVABLE_DTYPES = frozenset(DTYPES_BY_NAME.values())
+# numpy scalar dtypes kept in the tree (those a numpy array of may be saved).
+_NUMPY_SCALAR_DTYPES = frozenset(["bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                  "uint32", "uint64", "float16", "float32", "float64",
+                                  "complex64", "complex128"])
 
 
 class _Flattener:
@@ -72,6 +83,7 @@ class _Flattener:
         self.chunks = {}  # position in `names` -> (global shape, global offset) of a DTensor's chunk
         self.dtensors = {}  # name -> _dtensor.mesh_info
         self.aliases = {}  # name a tensor would have had -> the name it is stored under
+        self.numpy = False  # a numpy value was met (the tree is FORMAT_WITH_NUMPY)
         self._stored = {}  # _alias_key of each tensor stored -> its name
         self._used = set()
         self._active = set()  # ids of containers on the current path (cycle check)
@@ -125,6 +137,9 @@ class _Flattener:
                 self._active.discard(id(x))
         if _distributed_kind(t) is not None:
             raise TypeError(subclass_message(x, path))
+        np = sys.modules.get("numpy")  # (a numpy value means numpy is imported)
+        if np is not None and isinstance(x, (np.ndarray, np.generic)):
+            return self._encode_numpy(x, path, np)
         if is_stateful(x):
             if id(x) in self._active:
                 raise ValueError(f"ckpt: the state contains a cycle at {_where(path)}")
@@ -135,10 +150,42 @@ class _Flattener:
                 self._active.discard(id(x))
         raise TypeError(
             f"ckpt: cannot save a value of type {t.__module__}.{t.__qualname__} at {_where(path)}: "
-            "a checkpoint holds tensors, None, bool, int, float, str, list, tuple, dict, "
-            "torch.Size, torch.dtype, torch.device and objects with state_dict() and "
+            "a checkpoint holds tensors, numpy arrays and scalars of numbers, None, bool, int, "
+            "float, str, list, tuple, dict, torch.Size, torch.dtype, torch.device and objects "
+            "with state_dict() and "
             "load_state_dict(); other objects are never pickled "
             "(convert it, e.g. to a dict of those, or leave it out)")
+
+    def _encode_numpy(self, x, path, np):
+        """A numpy array of numbers: stored as a CPU tensor of its dtype and
+        shape, loaded back as an array. A numpy scalar: its dtype and bytes,
+        in the tree."""
+        scalar = isinstance(x, np.generic)
+        array = np.asarray(x, order="C")  # (0-d for a scalar; ascontiguousarray makes that 1-d)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"ckpt: cannot save the numpy {'scalar' if scalar else 'array'} at "
+                            f"{_where(path)}: its dtype {array.dtype} is not a number "
+                            "(bool, integer, float or complex)")
+        if not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
+        self.numpy = True
+        if scalar:
+            if array.dtype.name not in _NUMPY_SCALAR_DTYPES:
+                raise TypeError(f"ckpt: cannot save the numpy scalar at {_where(path)}: its dtype "
+                                f"{array.dtype} has no torch dtype")
+            return {"$npscalar": [array.dtype.name, array.astype(array.dtype.newbyteorder("<")).tobytes().hex()]}
+        if not array.flags.writeable:  # (torch.from_numpy warns about those)
+            array = array.copy()
+        try:
+            tensor = torch.from_numpy(array)
+        except TypeError:
+            raise TypeError(f"ckpt: cannot save the numpy value at {_where(path)}: its dtype "
+                            f"{array.dtype} has no torch dtype") from None
+        check_savable(tensor, path)
+        name = self.tensor_name(path)
+        self.names.append(name)
+        self.tensors.append(tensor)
+        return {"$ndarray": name}
 
     def _encode_dtensor(self, dt, path):
         _dtensor.check(dt, _where(path))
@@ -332,7 +379,7 @@ def flatten_for_save(state, multi_rank):
     whole on this rank and is saved as a plain tensor."""
     f = _Flattener(multi_rank)
     tree = f.encode(state, ())
-    meta = {"format": FORMAT, "tree": tree}
+    meta = {"format": FORMAT_WITH_NUMPY if f.numpy else FORMAT, "tree": tree}
     if f.dtensors:
         meta["dtensors"] = f.dtensors
     if f.aliases:
@@ -349,7 +396,7 @@ def flatten(state):
 
 def check_format(meta):
     """Raises ValueError unless `meta` is a state tree of a format this package reads."""
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, FORMAT_WITH_NUMPY):
         raise ValueError(f"ckpt: unknown state-tree format {meta.get('format') if isinstance(meta, dict) else meta!r}")
 
 
@@ -370,6 +417,10 @@ def _decode(x, tensors):
     v = x[tag]
     if tag == "$tensor":
         return tensors[v]
+    if tag == "$ndarray":
+        return tensors[v].cpu().numpy()
+    if tag == "$npscalar":
+        return _numpy_scalar(v)
     if tag == "$int":
         return int(v)
     if tag == "$float":
@@ -390,6 +441,19 @@ def _decode(x, tensors):
     if tag == "$device":
         return torch.device(v)
     raise ValueError(f"ckpt: malformed state tree node {x!r}")
+
+
+def _numpy_scalar(v):
+    """The numpy scalar that a "$npscalar" node's [dtype, hex bytes] is."""
+    import numpy as np  # (a tree with numpy values is read where numpy is)
+    if (not isinstance(v, list) or len(v) != 2 or v[0] not in _NUMPY_SCALAR_DTYPES
+            or not isinstance(v[1], str)):
+        raise ValueError(f"ckpt: malformed numpy scalar node {v!r}")
+    dtype = np.dtype(v[0]).newbyteorder("<")
+    data = bytes.fromhex(v[1])
+    if len(data) != dtype.itemsize:
+        raise ValueError(f"ckpt: malformed numpy scalar node {v!r}")
+    return np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="))[0]
 
 
 def _tag(node):
@@ -440,7 +504,7 @@ def _paths(x, path):
     elif isinstance(x, dict):
         tag = _tag(x)
         v = x[tag]
-        if tag == "$tensor":
+        if tag in ("$tensor", "$ndarray"):
             yield path, v
         elif tag == "$tuple":
             for i, e in enumerate(v):
