@@ -168,15 +168,16 @@ def test_export_hf_refusals(root, trained, tmp_path, ckpt_restore):
     assert not [p for p in os.listdir(tmp_path) if p != "ckpts"]  # nothing left behind
 
 
-def trainer_run(tmp_path, name, callbacks, model, max_steps=12):
+def trainer_run(tmp_path, name, callbacks, model, max_steps=12, **arguments):
     g = torch.Generator().manual_seed(7)
     data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 96, (16, 12), generator=g)]
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / name), per_device_train_batch_size=4, max_steps=max_steps,
-        save_strategy="steps", save_steps=3, learning_rate=5e-3, lr_scheduler_type="linear",
-        warmup_steps=2, report_to=[], logging_strategy="no", use_cpu=True, seed=0,
-        dataloader_num_workers=0, disable_tqdm=True)
-    return transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
+    args = transformers.TrainingArguments(**{
+        "output_dir": str(tmp_path / name), "per_device_train_batch_size": 4, "max_steps": max_steps,
+        "save_strategy": "steps", "save_steps": 3, "learning_rate": 5e-3, "lr_scheduler_type": "linear",
+        "warmup_steps": 2, "report_to": [], "logging_strategy": "no", "use_cpu": True, "seed": 0,
+        "dataloader_num_workers": 0, "disable_tqdm": True, **arguments})
+    return transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks,
+                                eval_dataset=data[:4] if "eval_strategy" in arguments else None)
 
 
 class StopAt(transformers.TrainerCallback):
@@ -213,3 +214,44 @@ def test_trainer_callback_saves_async_and_resumes_bit_identically(tmp_path):
     assert tied(resumed)
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), f"{name} differs from the uninterrupted run"
+
+
+class ScoreAt(transformers.TrainerCallback):
+    """Puts a made-up eval_score into each evaluation's metrics (before the
+    Trainer picks its best), so the best step is known: 6 of 3, 6, 9, 12."""
+    SCORES = {3: 1.0, 6: 5.0, 9: 2.0, 12: 0.5}
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        metrics["eval_score"] = self.SCORES[state.global_step]
+
+
+def test_load_best_model_at_end_loads_the_best_step_from_the_ckpt_root(tmp_path):
+    # The Trainer looks for the best model in a checkpoint-N directory, which
+    # the callback replaces: it had silently ended with the last step's model.
+    from ckpt.hf import CkptCallback
+    root = str(tmp_path / "ckpt-root")
+    model = tiny_llama()
+    trainer = trainer_run(tmp_path, "best", [CkptCallback(root), ScoreAt()], model,
+                          eval_strategy="steps", eval_steps=3, load_best_model_at_end=True,
+                          metric_for_best_model="score", greater_is_better=True)
+    trainer.train()
+    assert ckpt.list_steps(root) == [3, 6, 9, 12]
+    assert trainer.state.best_global_step == 6
+    best = ckpt.load(root, step=6)["model"]
+    last = ckpt.load(root, step=12)["model"]
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, best[name]), f"{name} is not the best step's"
+    assert any(not torch.equal(best[n], last[n]) for n in best), "steps 6 and 12 hold one model"
+    assert tied(model)
+
+
+def test_save_strategy_best_is_refused_and_save_total_limit_warns(tmp_path):
+    from ckpt.hf import CkptCallback
+    trainer = trainer_run(tmp_path, "s", [CkptCallback(str(tmp_path / "r"))], tiny_llama(), save_strategy="best",
+                          eval_strategy="steps", eval_steps=3, metric_for_best_model="loss")
+    with pytest.raises(ValueError, match="save_strategy='best'"):
+        trainer.train()
+    trainer = trainer_run(tmp_path, "t", [CkptCallback(str(tmp_path / "r2"))], tiny_llama(), max_steps=3,
+                          save_total_limit=1)
+    with pytest.warns(UserWarning, match="ckpt-retain"):
+        trainer.train()

@@ -28,6 +28,7 @@ import json
 import os
 import random
 import tempfile
+import warnings
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ import transformers
 
 from . import exporting
 from .checkpointer import Checkpointer
+from .loading import list_steps as ckpt_steps
 from .loading import load
 
 
@@ -74,6 +76,14 @@ class CkptCallback(transformers.TrainerCallback):
     stored once), "optimizer", "scheduler", "rng", "trainer_state" (the
     TrainerState as JSON text)}. Only the main process saves (as the Trainer
     saves the model); the save returns once the tensors are staged.
+
+    With load_best_model_at_end, the model ends training holding the step of
+    the best metric, read from the ckpt root (the Trainer looks for it in a
+    checkpoint-N directory, which is not written): every process loads it
+    once the main process's saves are durable. save_strategy="best" is
+    refused (the Trainer decides those saves after every callback has run),
+    and save_total_limit is the Trainer's rotation of its own directories:
+    ckpt-retain keeps the ckpt root's steps.
     """
 
     def __init__(self, root, replace_trainer_save=True, **options):
@@ -82,14 +92,44 @@ class CkptCallback(transformers.TrainerCallback):
         self._options = options
         self._checkpointer = None
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        if str(getattr(args.save_strategy, "value", args.save_strategy)) == "best":
+            raise ValueError("ckpt.hf.CkptCallback: save_strategy='best' is decided by the Trainer "
+                             "after its callbacks have run, so the callback cannot save those steps; "
+                             "use save_strategy='steps' (or 'epoch') with load_best_model_at_end=True")
+        if args.save_total_limit and self.replace_trainer_save:
+            warnings.warn("ckpt.hf.CkptCallback: save_total_limit rotates the Trainer's checkpoint-N "
+                          "directories, which the callback replaces; the ckpt root keeps every step "
+                          "(run ckpt-retain to keep the last N)", stacklevel=2)
+        return control
+
     def on_step_end(self, args, state, control, **kwargs):
         return self._maybe_save(state, control, **kwargs)
 
     def on_epoch_end(self, args, state, control, **kwargs):
         return self._maybe_save(state, control, **kwargs)
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(self, args, state, control, model=None, **kwargs):
         self.close()
+        if args.load_best_model_at_end and self.replace_trainer_save and model is not None:
+            self._load_best(state, model)
+
+    def _load_best(self, state, model):
+        """Loads the model of step `state.best_global_step` into `model`, on
+        every process, after the main process's saves are durable."""
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()  # (the main process closed its checkpointer: every save is durable)
+        best = state.best_global_step
+        if not best:
+            return
+        if best not in set(ckpt_steps(self.root)):
+            warnings.warn(f"ckpt.hf.CkptCallback: the best metric was at step {best}, which was not "
+                          "saved (eval_steps and save_steps differ); the model is the last step's",
+                          stacklevel=2)
+            return
+        load(self.root, step=best, into={"model": model})
+        state.best_model_checkpoint = f"{self.root} (ckpt step {best})"
 
     def _maybe_save(self, state, control, model=None, optimizer=None, lr_scheduler=None, **_):
         if not control.should_save:
