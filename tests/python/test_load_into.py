@@ -71,6 +71,20 @@ def test_missing_keys_raise_and_unexpected_ones_are_ignored_by_default(root):
         ckpt.load(root, into=into, strict="yes")
 
 
+def test_a_model_given_for_a_state_saved_around_it_is_named(root):
+    # Saved as {"model": ..., "optim": ...}, loaded with into=model: every key
+    # of the model is missing, and the message says what the state holds.
+    model = torch.nn.Linear(2, 2)
+    save(root, {"model": model, "optim": torch.optim.SGD(model.parameters(), lr=0.1)})
+    with pytest.raises(ValueError, match=r"nothing for state\['weight'\], state\['bias'\] "
+                                         r"\(its state holds state\['model'\], state\['optim'\]\)"):
+        ckpt.load(root, into=torch.nn.Linear(2, 2))
+    # A place missing beside ones the state has: no such hint.
+    with pytest.raises(ValueError) as info:
+        ckpt.load(root, into={"model": torch.nn.Linear(2, 2), "sched": {"x": 1}})
+    assert "its state holds" not in str(info.value)
+
+
 def test_sequences_holding_tensors_match_by_index(root):
     save(root, {"ts": [torch.ones(1), torch.full((1,), 2.0), torch.full((1,), 3.0)]})
     a, b = torch.zeros(1), torch.zeros(1)

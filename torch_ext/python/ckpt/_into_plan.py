@@ -43,11 +43,15 @@ class IntoPlan:
         self._state_dicts = state_dicts
         self._planned = {}  # name -> destinations planned for it (aliases: several places)
         self._new = {}  # name -> the new tensor `new` made for it
+        self._saved_top = None  # the saved state's top node (what a mismatch message shows)
+        self._top_matched = False  # a top-level key of `into` is in the saved state
 
     def fill(self, node, cur, path, grow=False):
         """Plans loading saved `node` into `cur` (at `path`); returns the value
         the place holds afterwards (`cur` itself, unless it is replaced).
         grow: saved entries `cur` lacks are added rather than left out."""
+        if path == () and self._saved_top is None:
+            self._saved_top = node
         if isinstance(cur, torch.Tensor):
             dtensor = type(cur) is not torch.Tensor and type(cur) is not torch.nn.Parameter
             if dtensor and not _dtensor.is_dtensor(cur):
@@ -75,6 +79,7 @@ class IntoPlan:
             saved[_tree.decode_key(k)] = e
         for k in list(cur.keys()):
             if k in saved:
+                self._top_matched = self._top_matched or path == ()
                 value = self.fill(saved.pop(k), cur[k], path + (k,), grow)
                 if value is not cur[k]:
                     self.ops.append(functools.partial(operator.setitem, cur, k, value))
@@ -195,6 +200,10 @@ class IntoPlan:
         if strict is not False and self.missing:
             problems.append(f"checkpoint step {self.step} in {root} has nothing for "
                             f"{_listing(self.missing)}")
+            held = _top_places(self._saved_top)
+            if held and not self._top_matched:
+                # e.g. into=model for a checkpoint saved as {"model": model, ...}
+                problems[-1] += f" (its state holds {_listing(held)})"
         if strict is True and self.unexpected:
             problems.append(f"the state given as `into` has no place for "
                             f"{_listing(self.unexpected)} of the checkpoint")
@@ -212,6 +221,15 @@ class IntoPlan:
                 f"out of `into`, or load on a group of {self.saved_world} ranks (or with rank=r)")
         if problems:
             raise ValueError("ckpt: load into: " + "; ".join(problems))
+
+
+def _top_places(node):
+    """The places (1-tuples of keys) at the top of a saved state tree node,
+    or [] where it is not a dict."""
+    if _is_tag(node, "$dict") or _is_tag(node, "$odict"):
+        tag = "$odict" if "$odict" in node else "$dict"
+        return [(_tree.decode_key(k),) for k, _ in node[tag]]
+    return []
 
 
 def _local(t):
