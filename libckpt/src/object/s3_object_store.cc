@@ -354,13 +354,14 @@ class S3ObjectStore final : public ObjectStore {
         if (response.status().code() != absl::StatusCode::kUnavailable) return last;
         continue;
       }
-      std::string s3_code, message;
+      std::string s3_code, message, body_request_id;
       const bool error_body = absl::StrContains(response->body.substr(0, 512), "<Error>");
       if (response->status < 200 || response->status >= 300 || error_body) {
         auto xml = ParseXml(response->body, "error");
         if (xml.ok()) {
           s3_code = xml->ChildText("Code");
           message = xml->ChildText("Message");
+          body_request_id = xml->ChildText("RequestId");  // (where the header is missing)
         }
       }
       window_.Release(slot, IsThrottled(response->status, s3_code));
@@ -397,15 +398,18 @@ class S3ObjectStore final : public ObjectStore {
         continue;
       }
       const int status = response->status >= 200 && response->status < 300 ? 500 : response->status;
+      std::string request_id = response->headers["x-amz-request-id"];
+      if (request_id.empty()) request_id = body_request_id;
       last = absl::Status(
           CodeForHttpStatus(status),
           absl::StrCat(Where(op, call.key), ": HTTP ", response->status,
                        s3_code.empty() ? "" : " ", s3_code, message.empty() ? "" : ": ", message,
-                       " (request id ", response->headers["x-amz-request-id"], ")"));
+                       !request_id.empty() ? absl::StrCat(" (request id ", request_id, ")")
+                       : s3_code.empty()   ? std::string(" (no S3 error code or request id: is the endpoint an S3 server?)")
+                                           : std::string()));
       if (!IsRetryable(status, s3_code)) return last;
     }
-    return absl::Status(last.code() == absl::StatusCode::kUnavailable ? last.code() : last.code(),
-                        absl::StrCat(last.message(), "; gave up after ",
+    return absl::Status(last.code(), absl::StrCat(last.message(), "; gave up after ",
                                      std::max(1, options_.max_attempts), " attempts"));
   }
 
