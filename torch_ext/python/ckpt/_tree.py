@@ -152,8 +152,7 @@ class _Flattener:
             f"ckpt: cannot save a value of type {t.__module__}.{t.__qualname__} at {_where(path)}: "
             "a checkpoint holds tensors, numpy arrays and scalars of numbers, None, bool, int, "
             "float, str, list, tuple, dict, torch.Size, torch.dtype, torch.device and objects "
-            "with state_dict() and "
-            "load_state_dict(); other objects are never pickled "
+            "with state_dict() and load_state_dict(); other objects are never pickled "
             "(convert it, e.g. to a dict of those, or leave it out)")
 
     def _encode_numpy(self, x, path, np):
@@ -173,7 +172,8 @@ class _Flattener:
             if array.dtype.name not in _NUMPY_SCALAR_DTYPES:
                 raise TypeError(f"ckpt: cannot save the numpy scalar at {_where(path)}: its dtype "
                                 f"{array.dtype} has no torch dtype")
-            return {"$npscalar": [array.dtype.name, array.astype(array.dtype.newbyteorder("<")).tobytes().hex()]}
+            little_endian = array.astype(array.dtype.newbyteorder("<"))
+            return {"$npscalar": [array.dtype.name, little_endian.tobytes().hex()]}
         if not array.flags.writeable:  # (torch.from_numpy warns about those)
             array = array.copy()
         try:
