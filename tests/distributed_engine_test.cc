@@ -281,6 +281,43 @@ TEST(DistributedEngine, OpenChecksTheOptionsAndWaitsForRankZeroWithADeadline) {
   EXPECT_TRUE(absl::IsFailedPrecondition(again.status())) << again.status();
 }
 
+// Ranks whose ROOT is not one shared directory (node-local disks given the
+// same path) used to open, train, and fail their first save when rank 0
+// could not read their parts; now the rank that does not see rank 0's ROOT
+// fails at open, saying why.
+TEST(DistributedEngine, ARankThatDoesNotSeeRankZerosRootFailsAtOpen) {
+  ScratchDir dir;
+  EngineOptions options;
+  options.distributed.world_size = 2;
+  options.distributed.store = NewInProcessStore();
+  options.distributed.commit_timeout = absl::Seconds(30);
+  options.distributed.rank = 0;
+  auto zero = Engine::Open(dir.Join("node-a"), options);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  options.distributed.rank = 1;
+  for (const bool stale : {false, true}) {
+    // Another machine's ROOT: empty, or with a lock file a job there left.
+    const std::string other = dir.Join(stale ? "node-c" : "node-b");
+    if (stale) {
+      std::filesystem::create_directories(other);
+      std::ofstream(other + "/.ckpt-writer.lock") << "ckpt engine, pid 1 on host c, since 2026-01-01T00:00:00Z\n";
+    }
+    const absl::Time start = absl::Now();
+    auto one = Engine::Open(other, options);
+    ASSERT_TRUE(absl::IsFailedPrecondition(one.status())) << one.status();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    const std::string message(one.status().message());
+    EXPECT_TRUE(absl::StrContains(message, "rank 1 (host ")) << message;
+    EXPECT_TRUE(absl::StrContains(message, "does not see rank 0's checkpoint root " + other)) << message;
+    EXPECT_TRUE(absl::StrContains(message, "a file system every rank shares")) << message;
+    EXPECT_TRUE(absl::StrContains(message, stale ? "holds \"ckpt engine, pid 1 on host c" : "cannot be read"))
+        << message;
+  }
+  // The same ROOT: opens (and saves) as ever.
+  auto same = Engine::Open(dir.Join("node-a"), options);
+  ASSERT_TRUE(same.ok()) << same.status();
+}
+
 TEST(DistributedEngine, CancelWhileWaitingForAnotherRankReturnsPromptly) {
   ScratchDir dir;
   const std::string root = dir.Join("root");

@@ -3,6 +3,8 @@
 // outcomes; splitting them would spread one protocol over two files.)
 #include "distributed/rank_commit.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -13,11 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/random/random.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "ckpt/root_lock.h"
 #include "commit/commit.h"
 #include "commit/publish.h"
 #include "distributed/rank_layout.h"
@@ -47,6 +52,21 @@ constexpr absl::Duration kPeek = absl::Milliseconds(1);
 // How long rank 0 waits, at most, for the other ranks to have read the result
 // of a commit (`AwaitResultSeen`).
 constexpr absl::Duration kResultSeenPatience = absl::Seconds(10);
+
+// How long a rank retries reading rank 0's writer lock line in ROOT before
+// it concludes that it does not see rank 0's ROOT (a file system shared
+// through a network may show a file a moment after it was written).
+constexpr absl::Duration kSharedRootPatience = absl::Seconds(3);
+constexpr uint64_t kLockLineMax = 4096;
+
+std::string WriterLockPath(const std::string& root) {
+  return JoinPath(root, std::string(RootLockFileName(RootLockKind::kWriter)));
+}
+
+std::string ThisHost() {
+  char name[256] = {};
+  return gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("?");
+}
 
 // The status an abort decision `held` carries (or why it is not one).
 absl::Status AbortReason(absl::string_view held) {
@@ -86,7 +106,11 @@ absl::Status RankCommitter::Handshake() {
   if (rank() == 0) {
     absl::BitGen gen;
     const std::string nonce = absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
-    const std::string value = Json{{"nonce", nonce}, {"world_size", world_size()}}.dump();
+    // The owner line of the writer lock rank 0 holds: every other rank reads
+    // it in ROOT, which proves they all see one ROOT (`SeesRankZerosRoot`).
+    CKPT_ASSIGN_OR_RETURN(std::string lock_line, ReadSmallFile(*fs_, WriterLockPath(root_), kLockLineMax));
+    const std::string value =
+        Json{{"nonce", nonce}, {"world_size", world_size()}, {"root_lock", lock_line}}.dump();
     CKPT_ASSIGN_OR_RETURN(std::string held, options_.store->SetIfAbsent(key, value));
     if (held != value) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -117,7 +141,31 @@ absl::Status RankCommitter::Handshake() {
                                                    j["world_size"].get<int>()));
   }
   nonce_ = j["nonce"].get<std::string>();
+  if (j.contains("root_lock") && j["root_lock"].is_string()) {
+    CKPT_RETURN_IF_ERROR(SeesRankZerosRoot(j["root_lock"].get<std::string>()));
+  }
   return absl::OkStatus();
+}
+
+absl::Status RankCommitter::SeesRankZerosRoot(const std::string& lock_line) {
+  const std::string path = WriterLockPath(root_);
+  absl::StatusOr<std::string> seen;
+  for (const absl::Time until = absl::Now() + kSharedRootPatience;;) {
+    seen = ReadSmallFile(*fs_, path, kLockLineMax);
+    if ((seen.ok() && *seen == lock_line) || absl::Now() >= until) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (seen.ok() && *seen == lock_line) return absl::OkStatus();
+  const std::string here =
+      seen.ok() ? absl::StrCat("holds \"", absl::StripTrailingAsciiWhitespace(*seen), "\"")
+                : absl::StrCat("cannot be read (", seen.status().message(), ")");
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", rank(), " (host ", ThisHost(), ") does not see rank 0's checkpoint root ", root_,
+      ": rank 0 holds its writer lock as \"", absl::StripTrailingAsciiWhitespace(lock_line),
+      "\", but here ", path, " ", here,
+      ". ROOT must be one directory on a file system every rank shares (NFS, Lustre, GPFS, a "
+      "cloud file store), the same path on every rank; ranks on machines that share no file "
+      "system cannot write one checkpoint into local directories (docs/distributed.md)"));
 }
 
 void RankCommitter::AnnounceStep(int64_t step) {

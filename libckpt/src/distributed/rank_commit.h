@@ -3,7 +3,9 @@
 // failure behaviour).
 //
 // Keys, under `DistributedOptions::key_prefix` P:
-//   P/nonce                  rank 0's, published once ROOT is clean (Open)
+//   P/nonce                  rank 0's, with the world size and its writer
+//                            lock's owner line, published once ROOT is
+//                            clean (Open)
 //   P/current/<r>            the step rank r is persisting now (for messages)
 //   P/<temp>/report/<r>      rank r's part: durable (manifest name, checksum,
 //                            kind, base) or failed (why)
@@ -48,8 +50,10 @@ class RankCommitter {
   const std::string& nonce() const { return nonce_; }
 
   // At Open (caller's thread). Rank 0, once ROOT is clean, publishes a fresh
-  // nonce and the world size; the others wait for them (up to
-  // `commit_timeout`) and check the world size.
+  // nonce, the world size and the owner line of the writer lock it holds;
+  // the others wait for them (up to `commit_timeout`), check the world size,
+  // and find that line in ROOT's lock file (kFailedPrecondition if not: ROOT
+  // is not one directory all ranks share, which every save would need).
   absl::Status Handshake();
 
   // Tells the other ranks which step this rank persists now.
@@ -114,6 +118,10 @@ class RankCommitter {
   // Sets the save's decision to abort for `reason` unless one was taken;
   // returns the status the save ends with (the decision that stands).
   absl::Status DecideAbort(const std::string& temp_dir, const absl::Status& reason);
+  // OK once ROOT's writer lock file here holds `lock_line`, the line rank 0
+  // read from it at its open (retried a few seconds); else
+  // kFailedPrecondition: this rank's ROOT is not rank 0's.
+  absl::Status SeesRankZerosRoot(const std::string& lock_line);
   // Rank 0's side of a save: collects the reports (`CollectReports`), loads
   // and checks the parts (rank_commit.cc's `LoadParts`, `CheckAgreement`),
   // then writes the checkpoint's manifest, decides and commits. Any reason
