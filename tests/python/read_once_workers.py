@@ -157,3 +157,41 @@ def read_once(ctx):
     except ckpt.CheckpointError as e:
         out["damaged_step"] = {"type": type(e).__name__, "message": str(e)}
     return out
+
+
+def wider_values(ctx):
+    """Replicated complex (a RoPE table, a 16 MiB complex128 tensor), float8
+    and numpy values and a rank-local numpy RNG state, saved full then as an
+    exact delta by the group, loaded back with read_once on and off: every
+    rank's values, bit for bit."""
+    import numpy as np
+    g = torch.Generator().manual_seed(0)
+    model = {"freqs_cis": torch.polar(torch.ones(512, 64), torch.randn(512, 64, generator=g)),
+             "big": torch.randn(1 << 20, generator=g, dtype=torch.complex128),
+             "w8": torch.randn(256, 256, generator=g).to(torch.float8_e5m2),
+             "table": np.arange(1000.0).reshape(10, 100), "lr": np.float32(3e-4)}
+    rng = {"numpy": np.random.RandomState(ctx.rank).get_state(), "rank": ctx.rank}
+    steps = {1: dict(model), 2: dict(model, freqs_cis=model["freqs_cis"] * 1j, lr=np.float32(1e-4))}
+    with ckpt.Checkpointer(ctx.root, delta="exact", commit_timeout_s=60, replicated=["model"],
+                           rank_local=["rng"]) as cp:
+        for step, m in steps.items():
+            cp.save(step, {"model": m, "rng": rng})
+    errors = []
+    for step, want in steps.items():
+        for read_once in (True, False):
+            got = ckpt.load(ctx.root, step=step, process_group=ctx.group, read_once=read_once)
+            where = f"step {step}, read_once={read_once}"
+            for name, value in want.items():
+                have = got["model"][name]
+                if isinstance(value, (np.ndarray, np.generic)):
+                    same = type(have) is type(value) and have.dtype == value.dtype and \
+                        have.tobytes() == value.tobytes()
+                else:
+                    same = have.dtype == value.dtype and torch.equal(have.view(torch.uint8),
+                                                                       value.view(torch.uint8))
+                if not same:
+                    errors.append(f"{where}: model.{name} differs")
+            if not (np.array_equal(got["rng"]["numpy"][1], rng["numpy"][1]) and got["rng"]["rank"] == ctx.rank):
+                errors.append(f"{where}: this rank's numpy RNG state differs")
+    dtypes = {t["name"]: t["dtype"] for t in ckpt.describe(ctx.root, 2)["tensors"]}
+    return {"errors": errors, "dtypes": dtypes}

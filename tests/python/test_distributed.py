@@ -388,6 +388,20 @@ def test_load_with_group_agrees_on_the_step(root, workdir, tmp_path):
     assert _mentions_rank(v0["damaged"]["message"], 1), v0
 
 
+def test_complex_float8_and_numpy_values_across_ranks(root, workdir):
+    """A group saves replicated complex, float8 and numpy values and a
+    rank-local numpy RNG state (full, then an exact delta); both ranks load
+    every step bit-exactly, with the replicated values read once and
+    broadcast, and each read by every rank."""
+    w = workers.run_world("read_once_workers:wider_values", 2, workdir, timeout=240, root=root)
+    w.check()
+    for r in range(2):
+        assert w.value(r)["errors"] == [], f"rank {r}: " + "\n".join(w.value(r)["errors"])
+    dtypes = w.value(0)["dtypes"]
+    assert dtypes["model.freqs_cis"] == "complex64" and dtypes["model.big"] == "complex128", dtypes
+    assert dtypes["model.w8"] == "float8_e5m2" and dtypes["model.table"] == "float64", dtypes
+
+
 def test_load_reads_replicated_state_once(root, workdir):
     """With a group, each replicated tensor is read from storage by one rank
     and broadcast: bit-exact on every rank (fresh, into a model with tied
