@@ -353,7 +353,8 @@ def _hook_load_from_checkpoint():
     for module in ("lightning.pytorch.core.saving", "pytorch_lightning.core.saving"):
         try:
             saving = __import__(module, fromlist=["pl_load"])
-        except ImportError:
+        except Exception as e:  # noqa: BLE001 -- not installed, or broken: the other package may serve
+            log.debug("ckpt.lightning: %s not hooked: %s", module, e)
             continue
         if hasattr(saving, "pl_load"):
             saving.pl_load = _pointer_aware(saving.pl_load)
