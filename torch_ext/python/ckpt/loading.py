@@ -128,6 +128,7 @@ def load(root, step=None, into=None, with_step=False, strict=None, process_group
     """
     _lib.load()
     root = str(root)
+    step = None if step is None else _tree.as_step(step)
     stats = {"step": None, "bytes_loaded": 0, "bytes_read": None}
     if strict is not None and type(strict) is not bool:
         raise ValueError(f"ckpt: strict must be None, True or False, got {strict!r}")
@@ -292,7 +293,6 @@ def _read_part(root, step, rank, stats=None):
     `rank`'s part of it; rank None: all of a single-process checkpoint, or of
     a multi-rank one whose tensors are all global (through rank 0's view,
     where they are whole), else ValueError before anything is read."""
-    step = None if step is None else _tree.as_step(step)
     described = None
     if rank is None:
         described, world = _world(root, step)
@@ -329,8 +329,8 @@ def _load_all_ranks(root, step, stats=None):
             stats["bytes_loaded"] = loaded
         return parts
 
-    if step is not None and _tree.as_step(step) >= 0:
-        return _tree.as_step(step), read_all(_tree.as_step(step))
+    if step is not None and step >= 0:
+        return step, read_all(step)
     return newest_that_reads(root, read_all)
 
 
@@ -373,8 +373,7 @@ def _load_into(root, step, into, strict, rank=None, stats=None):
     loads) into `into`: rank `rank`'s part, or with rank None a
     single-process checkpoint or the global tensors of a multi-rank one."""
     state_dicts = {}  # id(stateful object) -> its state_dict(), taken once per load
-    if step is not None and _tree.as_step(step) >= 0:
-        step = _tree.as_step(step)
+    if step is not None and step >= 0:
         return step, _load_step_into(root, step, into, strict, state_dicts, rank, stats)
     return newest_that_reads(
         root, lambda s: _load_step_into(root, s, into, strict, state_dicts, rank, stats))
