@@ -218,11 +218,16 @@ def test_trainer_callback_saves_async_and_resumes_bit_identically(tmp_path):
 
 class ScoreAt(transformers.TrainerCallback):
     """Puts a made-up eval_score into each evaluation's metrics (before the
-    Trainer picks its best), so the best step is known: 6 of 3, 6, 9, 12."""
+    Trainer picks its best), so the best step is known: 6 of 3, 6, 9, 12;
+    and keeps a copy of the model's weights at each."""
     SCORES = {3: 1.0, 6: 5.0, 9: 2.0, 12: 0.5}
 
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+    def __init__(self):
+        self.weights = {}
+
+    def on_evaluate(self, args, state, control, metrics=None, model=None, **kwargs):
         metrics["eval_score"] = self.SCORES[state.global_step]
+        self.weights[state.global_step] = {n: t.detach().clone() for n, t in model.state_dict().items()}
 
 
 def test_load_best_model_at_end_loads_the_best_step_from_the_ckpt_root(tmp_path):
@@ -231,16 +236,16 @@ def test_load_best_model_at_end_loads_the_best_step_from_the_ckpt_root(tmp_path)
     from ckpt.hf import CkptCallback
     root = str(tmp_path / "ckpt-root")
     model = tiny_llama()
-    trainer = trainer_run(tmp_path, "best", [CkptCallback(root), ScoreAt()], model,
+    scores = ScoreAt()
+    trainer = trainer_run(tmp_path, "best", [CkptCallback(root), scores], model,
                           eval_strategy="steps", eval_steps=3, load_best_model_at_end=True,
                           metric_for_best_model="score", greater_is_better=True)
     trainer.train()
     assert ckpt.list_steps(root) == [3, 6, 9, 12]
     assert trainer.state.best_global_step == 6
-    best = ckpt.load(root, step=6)["model"]
-    last = ckpt.load(root, step=12)["model"]
+    best, last = scores.weights[6], scores.weights[12]
     for name, value in model.state_dict().items():
-        assert torch.equal(value, best[name]), f"{name} is not the best step's"
+        assert torch.equal(value, best[name]), f"{name} is not the weights the model had at step 6"
     assert any(not torch.equal(best[n], last[n]) for n in best), "steps 6 and 12 hold one model"
     assert tied(model)
 
