@@ -22,7 +22,6 @@ import itertools
 import json
 import multiprocessing
 import os
-import socket
 import sys
 import time
 import traceback
@@ -56,10 +55,27 @@ def _context():
     return _ctx
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _store(rank, world, port_file, timeout):
+    """The group's TCPStore. Rank 0 hosts it on a port the kernel picks as it
+    binds and writes that port to `port_file`; the others wait for the file
+    (until `timeout`) and connect. (A port found free beforehand and bound
+    later could be taken in between by another suite running beside this
+    one: EADDRINUSE.)"""
+    td = datetime.timedelta(seconds=timeout)
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, timeout=td, wait_for_workers=False)
+        with open(port_file + ".tmp", "w") as f:
+            f.write(str(store.port))
+        os.rename(port_file + ".tmp", port_file)
+        return store
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(port_file):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank 0 did not host the store within {timeout} s ({port_file})")
+        time.sleep(0.01)
+    with open(port_file) as f:
+        port = int(f.read())
+    return dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=td)
 
 
 class World:
@@ -98,12 +114,12 @@ def run_world(scenario, world, workdir, timeout=120.0, env=None, **kwargs):
     ctx = _context()
     run = f"{scenario}-{next(_runs)}"
     os.makedirs(workdir, exist_ok=True)
-    port = _free_port()
+    port_file = os.path.join(workdir, f"{run}-store-port")
     paths = [(os.path.join(workdir, f"{run}-rank{r}.json"), os.path.join(workdir, f"{run}-rank{r}.log"))
              for r in range(world)]
     procs = []
     for r in range(world):
-        args = (scenario, r, world, port, dict(kwargs, workdir=workdir), paths[r][0], paths[r][1],
+        args = (scenario, r, world, port_file, dict(kwargs, workdir=workdir), paths[r][0], paths[r][1],
                 dict((env or {}).get(r, {})), timeout)
         p = ctx.Process(target=_child, args=args, name=f"{run}-rank{r}")
         p.start()
@@ -146,14 +162,14 @@ def _scenario(name):
     return globals()[name]
 
 
-def _child(scenario, rank, world, port, kwargs, result_path, log_path, env, timeout):
+def _child(scenario, rank, world, port_file, kwargs, result_path, log_path, env, timeout):
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.environ.update(env)
     faulthandler.dump_traceback_later(max(1.0, timeout - 5), exit=False)
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+        dist.init_process_group("gloo", store=_store(rank, world, port_file, timeout), rank=rank,
                                 world_size=world, timeout=datetime.timedelta(seconds=timeout))
         result = {"ok": True, "value": _scenario(scenario)(Context(rank, world, **kwargs))}
     except BaseException as e:  # noqa: BLE001 -- reported to the test
