@@ -100,6 +100,9 @@ class Ranks {
  public:
   // Opens `world` engines on `root`, each on its own thread (a rank's Open
   // waits for rank 0's), sharing `store` (default: a new in-process one).
+  // With `base.distributed.shared_root` false, each rank opens a directory
+  // of its own, `RankRoot(root, r)`, as ranks on machines that share no
+  // file system would.
   Ranks(const std::string& root, int world, EngineOptions base, absl::Duration commit_timeout,
         std::function<std::shared_ptr<FileSystem>(int)> fs_for_rank = nullptr,
         std::shared_ptr<CoordinationStore> store = nullptr)
@@ -114,12 +117,14 @@ class Ranks {
       options.distributed.key_prefix = "ckpt/test";
       options.distributed.commit_timeout = commit_timeout;
       if (fs_for_rank) options.fs = fs_for_rank(r);
-      auto engine = Engine::Open(root, options);
+      auto engine = Engine::Open(base.distributed.shared_root ? root : RankRoot(root, r), options);
       opened[r] = engine.status();
       if (engine.ok()) engines_[r] = std::move(*engine);
     });
     for (int r = 0; r < world; ++r) EXPECT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r];
   }
+
+  static std::string RankRoot(const std::string& root, int r) { return absl::StrCat(root, "/rank-", r); }
 
   int world() const { return static_cast<int>(engines_.size()); }
   Engine& engine(int r) { return *engines_[r]; }

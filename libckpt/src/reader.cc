@@ -21,6 +21,7 @@
 #include "read/delta_chain.h"
 #include "read/fault_ahead.h"
 #include "read/load_manifest.h"
+#include "read/rank_copy.h"
 #include "read/read_chunks.h"
 #include "read/read_raw_records.h"
 #include "read/read_regions.h"
@@ -357,10 +358,9 @@ absl::Status ReaderImpl::Verify(const VerifyProgress& progress) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
-                                                     const ReaderOptions& options) {
+// `Reader::Open`, or with `own_part_only` `internal::OpenOwnPart`.
+absl::StatusOr<std::unique_ptr<Reader>> OpenReader(const std::string& root, const ReaderOptions& options,
+                                                   bool own_part_only) {
   // An s3:// root reads through the object store's read-only file system.
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, FileSystemForRoot(root, options.fs));
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
@@ -377,12 +377,12 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
     if (!std::binary_search(steps.begin(), steps.end(), step)) {
       return absl::NotFoundError(absl::StrCat("no checkpoint for step ", step, " in ", root));
     }
-    CKPT_ASSIGN_OR_RETURN(StepView view, LoadStepView(*fs, root, step, options.rank));
+    CKPT_ASSIGN_OR_RETURN(StepView view, LoadStepView(*fs, root, step, options.rank, own_part_only));
     return std::unique_ptr<Reader>(new ReaderImpl(fs, io, std::move(view), std::move(backend)));
   }
   std::string skipped;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    auto view = LoadStepView(*fs, root, *it, options.rank);
+    auto view = LoadStepView(*fs, root, *it, options.rank, own_part_only);
     if (view.ok()) {
       return std::unique_ptr<Reader>(new ReaderImpl(fs, io, std::move(*view), std::move(backend)));
     }
@@ -399,5 +399,21 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
   if (skipped.empty()) return absl::NotFoundError(absl::StrCat("no checkpoint in ", root));
   return absl::DataLossError(absl::StrCat("no readable checkpoint in ", root, " (", skipped, ")"));
 }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& root,
+                                                     const ReaderOptions& options) {
+  return OpenReader(root, options, /*own_part_only=*/false);
+}
+
+namespace internal {
+
+absl::StatusOr<std::unique_ptr<Reader>> OpenOwnPart(const std::string& root, const ReaderOptions& options) {
+  if (!options.rank.has_value()) return absl::InvalidArgumentError("OpenOwnPart needs a rank");
+  return OpenReader(root, options, /*own_part_only=*/true);
+}
+
+}  // namespace internal
 
 }  // namespace ckpt

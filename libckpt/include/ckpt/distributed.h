@@ -74,6 +74,18 @@ struct DistributedOptions {
   // report, and nothing is committed. Also bounds `Engine::Open`'s
   // handshake, which waits for every rank to open.
   absl::Duration commit_timeout = absl::Seconds(300);
+  // Whether every rank opens the same directory, on a file system they all
+  // share (the default). false: ranks on machines that share no file system
+  // (node-local NVMe). Each rank then opens a directory of its own (two
+  // ranks on one machine: two directories), takes its own writer lock, and
+  // commits a local copy of each step that holds the checkpoint's manifest
+  // and only its own part; rank 0 reads the other ranks' manifests from
+  // their reports in `store` instead of the shared directory. The
+  // checkpoint is whole only once every rank published its part to a
+  // bucket (`PublishOptions::part`, then `CommitPublishedParts`;
+  // docs/distributed.md, "Ranks that share no file system"). Every rank
+  // must set the same value (checked at Open).
+  bool shared_root = true;
 };
 
 // How a tensor of a multi-rank save is placed (`TensorView::placement`).

@@ -109,8 +109,11 @@ absl::Status RankCommitter::Handshake() {
     // The owner line of the writer lock rank 0 holds: every other rank reads
     // it in ROOT, which proves they all see one ROOT (`SeesRankZerosRoot`).
     CKPT_ASSIGN_OR_RETURN(std::string lock_line, ReadSmallFile(*fs_, WriterLockPath(root_), kLockLineMax));
-    const std::string value =
-        Json{{"nonce", nonce}, {"world_size", world_size()}, {"root_lock", lock_line}}.dump();
+    const std::string value = Json{{"nonce", nonce},
+                                   {"world_size", world_size()},
+                                   {"shared_root", options_.shared_root},
+                                   {"root_lock", lock_line}}
+                                  .dump();
     CKPT_ASSIGN_OR_RETURN(std::string held, options_.store->SetIfAbsent(key, value));
     if (held != value) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -140,8 +143,16 @@ absl::Status RankCommitter::Handshake() {
                                                    world_size(), ", rank 0 with ",
                                                    j["world_size"].get<int>()));
   }
+  const bool shared_root = j.contains("shared_root") && j["shared_root"].is_boolean()
+                               ? j["shared_root"].get<bool>()
+                               : true;
+  if (shared_root != options_.shared_root) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank(), " opened ", root_, " with shared_root ", options_.shared_root ? "true" : "false",
+        ", rank 0 with ", shared_root ? "true" : "false", ": every rank must say the same"));
+  }
   nonce_ = j["nonce"].get<std::string>();
-  if (j.contains("root_lock") && j["root_lock"].is_string()) {
+  if (options_.shared_root && j.contains("root_lock") && j["root_lock"].is_string()) {
     CKPT_RETURN_IF_ERROR(SeesRankZerosRoot(j["root_lock"].get<std::string>()));
   }
   return absl::OkStatus();
@@ -164,8 +175,10 @@ absl::Status RankCommitter::SeesRankZerosRoot(const std::string& lock_line) {
       ": rank 0 holds its writer lock as \"", absl::StripTrailingAsciiWhitespace(lock_line),
       "\", but here ", path, " ", here,
       ". ROOT must be one directory on a file system every rank shares (NFS, Lustre, GPFS, a "
-      "cloud file store), the same path on every rank; ranks on machines that share no file "
-      "system cannot write one checkpoint into local directories (docs/distributed.md)"));
+      "cloud file store), the same path on every rank. Ranks on machines that share no file "
+      "system write one checkpoint only into a bucket: open each rank on a directory of its own "
+      "with shared_root = false and publish every step (Python: Checkpointer(ROOT, "
+      "tier=\"s3://...\", shared_root=False); docs/distributed.md)"));
 }
 
 void RankCommitter::AnnounceStep(int64_t step) {
@@ -211,6 +224,7 @@ absl::Status RankCommitter::CommitPart(int64_t step, const std::string& temp_dir
                  {"kind", std::string(CheckpointKindName(part.kind))},
                  {"base_step", part.base_step},
                  {"replicated", HashToHex(part.replicated_fingerprint)}};
+  if (!options_.shared_root) report["manifest_json"] = part.contents;
   absl::Status reported = options_.store->Set(SaveKey(temp_dir, absl::StrCat("report/", rank())),
                                               report.dump());
   reported_ = temp_dir;
@@ -219,32 +233,41 @@ absl::Status RankCommitter::CommitPart(int64_t step, const std::string& temp_dir
   if (!reported.ok()) return LostStore(rank(), "nothing (reporting its part)", reported);
   KillPoint("commit.rank_reported");
   if (rank() == 0) return CommitAsRankZero(step, temp_dir, final_name, part, extras_json, cancelled);
-  return FollowRankZero(temp_dir, cancelled);
+  return FollowRankZero(step, temp_dir, final_name, cancelled);
 }
 
 namespace {
 
-// Reads every rank's part as rank 0 sees it in the shared temp directory
-// (which also checks that ROOT is one file system for all ranks), checks it
-// is the manifest its rank reported (`reported`, by rank), and fills in the
-// parts of `*out_global`. Not OK: the reason to abort.
-absl::Status LoadParts(FileSystem& fs, int64_t step, const std::string& temp_dir,
-                       const std::vector<uint64_t>& reported, GlobalManifest* out_global,
+// Every rank's part as rank 0 sees it: read from the shared temp directory
+// (which also checks that ROOT is one file system for all ranks), or, when
+// the ranks share no ROOT, parsed from the manifest each rank reported.
+// Checks it is the manifest its rank reported (`reported`, by rank), and
+// fills in the parts of `*out_global`. Not OK: the reason to abort.
+absl::Status LoadParts(FileSystem& fs, int64_t step, const std::string& temp_dir, bool shared_root,
+                       const std::vector<RankCommitter::Reported>& reported, GlobalManifest* out_global,
                        std::vector<Manifest>* out_parts) {
-  // Every part as rank 0 reads it from the shared temp directory: this also
-  // checks that ROOT is one file system for all ranks.
   GlobalManifest& global = *out_global;
   std::vector<Manifest>& parts = *out_parts;
   parts.reserve(reported.size());
   for (int r = 0; r < static_cast<int>(reported.size()); ++r) {
     const std::string name = RankManifestName(r);
-    auto m = LoadManifest(fs, temp_dir, step, name);
-    if (!m.ok()) {
-      return absl::DataLossError(absl::StrCat("rank ", r, "'s part of step ", step,
-                                              " is not readable on rank 0 (", m.status().message(),
-                                              "): ROOT must be on a file system every rank shares"));
+    absl::StatusOr<Manifest> m;
+    if (shared_root) {
+      m = LoadManifest(fs, temp_dir, step, name);
+      if (!m.ok()) {
+        return absl::DataLossError(absl::StrCat("rank ", r, "'s part of step ", step,
+                                                " is not readable on rank 0 (", m.status().message(),
+                                                "): ROOT must be on a file system every rank shares"));
+      }
+    } else {
+      m = ParseManifest(reported[r].contents, absl::StrCat("rank ", r, "'s report of ", name));
+      if (!m.ok()) return Annotate(m.status(), absl::StrCat("step ", step));
+      if (m->step != step) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rank ", r, " reported a part of step ", m->step, " for step ", step));
+      }
     }
-    if (m->manifest_xxh3 != reported[r]) {
+    if (m->manifest_xxh3 != reported[r].manifest_xxh3) {
       return absl::DataLossError(
           absl::StrCat("rank ", r, "'s manifest of step ", step, " on disk is not the one it reported"));
     }
@@ -312,15 +335,15 @@ absl::Status CheckAgreement(int64_t step, const std::vector<Manifest>& parts) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<uint64_t>> RankCommitter::CollectReports(int64_t step, const std::string& temp_dir,
+absl::StatusOr<std::vector<RankCommitter::Reported>> RankCommitter::CollectReports(int64_t step, const std::string& temp_dir,
                                                                     const Part& part,
                                                                     const CancelledFn& cancelled) {
   const absl::Time deadline = absl::Now() + options_.commit_timeout;
   const std::string decision_key = SaveKey(temp_dir, "decision");
   // Every other rank's report, in rank order; a rank that fails (or gives
   // up) may decide to abort meanwhile, which ends the wait at once.
-  std::vector<uint64_t> reported(world_size(), 0);
-  reported[0] = part.manifest_xxh3;
+  std::vector<Reported> reported(world_size());
+  reported[0] = Reported{part.manifest_xxh3, part.contents};
   std::vector<int> missing;
   absl::Status interruption;
   const InterruptFn interrupt = [&]() {
@@ -364,7 +387,14 @@ absl::StatusOr<std::vector<uint64_t>> RankCommitter::CollectReports(int64_t step
           absl::StrCat("ranks 0 and ", r, " declare different replicated tensors in step ", step,
                        " (every rank must declare the same names, dtypes and shapes)"));
     }
-    reported[r] = HashFromHex(j.value("manifest_xxh3", std::string())).value_or(0);
+    reported[r].manifest_xxh3 = HashFromHex(j.value("manifest_xxh3", std::string())).value_or(0);
+    if (!options_.shared_root) {
+      if (!j.contains("manifest_json") || !j["manifest_json"].is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rank ", r, "'s report of step ", step, " holds no manifest (does it share ROOT with rank 0?)"));
+      }
+      reported[r].contents = j["manifest_json"].get<std::string>();
+    }
   }
   if (!missing.empty()) {
     std::vector<std::string> who;
@@ -389,7 +419,7 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
                                              const std::string& extras_json, const CancelledFn& cancelled) {
   const absl::Time reported_at = absl::Now();
   const std::string decision_key = SaveKey(temp_dir, "decision");
-  absl::StatusOr<std::vector<uint64_t>> reported = CollectReports(step, temp_dir, part, cancelled);
+  absl::StatusOr<std::vector<Reported>> reported = CollectReports(step, temp_dir, part, cancelled);
   if (!reported.ok()) return DecideAbort(temp_dir, reported.status());
   const absl::Time all_reported = absl::Now();
   times_.ranks_wait_s = absl::ToDoubleSeconds(all_reported - reported_at);
@@ -402,7 +432,7 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();
   std::vector<Manifest> parts;
-  absl::Status agreed = LoadParts(*fs_, step, temp_dir, *reported, &global, &parts);
+  absl::Status agreed = LoadParts(*fs_, step, temp_dir, options_.shared_root, *reported, &global, &parts);
   if (agreed.ok()) agreed = CheckAgreement(step, parts);
   if (!agreed.ok()) return DecideAbort(temp_dir, agreed);
   // Decide and commit.
@@ -411,6 +441,11 @@ absl::Status RankCommitter::CommitAsRankZero(int64_t step, const std::string& te
   absl::Status written = WriteFileDurably(*fs_, JoinPath(temp_dir, kManifestName), *contents);
   if (written.ok()) written = SyncTempDir(*fs_, temp_dir);
   if (!written.ok()) return DecideAbort(temp_dir, Annotate(written, "rank 0"));
+  if (!options_.shared_root) {
+    // Each rank commits a copy of its own with the same manifest.
+    absl::Status sent = options_.store->Set(SaveKey(temp_dir, "manifest"), *contents);
+    if (!sent.ok()) return DecideAbort(temp_dir, LostStore(0, "nothing (sending the manifest)", sent));
+  }
   KillPoint("commit.manifest");
   bool any_full = false;
   bool any_delta = false;
@@ -446,7 +481,25 @@ void RankCommitter::AwaitResultSeen(const std::string& temp_dir) {
   }
 }
 
-absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const CancelledFn& cancelled) {
+absl::Status RankCommitter::CommitOwnCopy(int64_t step, const std::string& temp_dir,
+                                          const std::string& final_name) {
+  auto contents = WaitFor(SaveKey(temp_dir, "manifest"), absl::Now() + kResultSeenPatience, nullptr);
+  if (!contents.ok()) {
+    return Annotate(contents.status(), absl::StrCat("rank ", rank(), ": the manifest of step ", step,
+                                                    " rank 0 decided to commit"));
+  }
+  CKPT_RETURN_IF_ERROR(WriteFileDurably(*fs_, JoinPath(temp_dir, kManifestName), *contents));
+  CKPT_RETURN_IF_ERROR(SyncTempDir(*fs_, temp_dir));
+  // The manifest must list this rank's part as it is here.
+  absl::StatusOr<Manifest> own = LoadRankPart(*fs_, temp_dir, step, rank());
+  if (!own.ok()) {
+    return Annotate(own.status(), absl::StrCat("rank ", rank(), ": step ", step, "'s manifest from rank 0"));
+  }
+  return CommitCheckpoint(*fs_, root_, temp_dir, final_name);
+}
+
+absl::Status RankCommitter::FollowRankZero(int64_t step, const std::string& temp_dir,
+                                           const std::string& final_name, const CancelledFn& cancelled) {
   const std::string decision_key = SaveKey(temp_dir, "decision");
   // A little longer than rank 0 waits for the reports, so that when a rank
   // is missing, rank 0's verdict (naming it) is the one that stands.
@@ -477,7 +530,10 @@ absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const Ca
   CKPT_ASSIGN_OR_RETURN(const StoreValue decided, DecodeStoreValue(*decision, "decision"));
   if (!decided.is_commit()) return AbortReason(*decision);
   last_commit_mixed_kinds_ = decided.verdict == Verdict::kCommitMixedKinds;
-  // Rank 0 decided to commit: the rest is its renames and fsyncs.
+  // Rank 0 decided to commit: the rest is its renames and fsyncs (and, when
+  // the ranks share no ROOT, this rank's own).
+  const absl::Status own_copy =
+      options_.shared_root ? absl::OkStatus() : CommitOwnCopy(step, temp_dir, final_name);
   auto result = WaitFor(SaveKey(temp_dir, "result"), absl::Now() + patience, nullptr);
   if (!result.ok()) {
     if (absl::IsDeadlineExceeded(result.status())) {
@@ -490,7 +546,7 @@ absl::Status RankCommitter::FollowRankZero(const std::string& temp_dir, const Ca
   times_.commit_latency_s = absl::ToDoubleSeconds(absl::Now() - reported);
   (void)options_.store->Set(SaveKey(temp_dir, absl::StrCat("seen/", rank())), "1");
   CKPT_ASSIGN_OR_RETURN(const StoreValue outcome, DecodeStoreValue(*result, "result"));
-  if (outcome.verdict == Verdict::kCommitted) return absl::OkStatus();
+  if (outcome.verdict == Verdict::kCommitted) return own_copy;
   if (outcome.verdict != Verdict::kCommitFailed) {
     return absl::InternalError(absl::StrCat("unexpected result in the coordination store: ", *result));
   }
@@ -519,7 +575,7 @@ absl::Status RankCommitter::AbandonPart(const std::string& temp_dir, const absl:
 }
 
 void RankCommitter::RemoveOwnFiles(const std::string& temp_dir) {
-  if (rank() == 0) {
+  if (rank() == 0 || !options_.shared_root) {
     RemoveTreeBestEffort(*fs_, temp_dir);
     return;
   }

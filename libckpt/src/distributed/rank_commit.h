@@ -8,7 +8,11 @@
 //                            clean (Open)
 //   P/current/<r>            the step rank r is persisting now (for messages)
 //   P/<temp>/report/<r>      rank r's part: durable (manifest name, checksum,
-//                            kind, base) or failed (why)
+//                            kind, base; the manifest itself when the ranks
+//                            share no ROOT) or failed (why)
+//   P/<temp>/manifest        the checkpoint's MANIFEST.json (rank 0, before
+//                            it decides to commit; only when the ranks share
+//                            no ROOT, so that each commits a copy with it)
 //   P/<temp>/decision        "commit" (rank 0, once every part checked out;
 //                            "commit:mixed-kinds" when some parts are full
 //                            and others deltas) or "abort:<code>:<why>"
@@ -50,10 +54,11 @@ class RankCommitter {
   const std::string& nonce() const { return nonce_; }
 
   // At Open (caller's thread). Rank 0, once ROOT is clean, publishes a fresh
-  // nonce, the world size and the owner line of the writer lock it holds;
-  // the others wait for them (up to `commit_timeout`), check the world size,
-  // and find that line in ROOT's lock file (kFailedPrecondition if not: ROOT
-  // is not one directory all ranks share, which every save would need).
+  // nonce, the world size, `shared_root` and the owner line of the writer
+  // lock it holds; the others wait for them (up to `commit_timeout`), check
+  // the world size and `shared_root`, and with a shared ROOT find that line
+  // in ROOT's lock file (kFailedPrecondition if not: ROOT is not one
+  // directory all ranks share, which every save would need).
   absl::Status Handshake();
 
   // Tells the other ranks which step this rank persists now.
@@ -67,6 +72,14 @@ class RankCommitter {
     int64_t base_step = -1;
     DeltaOptions::Mode delta_mode = DeltaOptions::Mode::kNone;
     uint64_t replicated_fingerprint = 0;
+    // The manifest's contents: sent with the report when the ranks share no
+    // ROOT (rank 0 cannot read it from the temp directory then).
+    std::string contents;
+  };
+  // A part as rank 0 learns of it from its rank's report.
+  struct Reported {
+    uint64_t manifest_xxh3 = 0;
+    std::string contents;  // only when the ranks share no ROOT
   };
   // Why this rank gave the save up (Close(kCancel), a preemption deadline),
   // or OK while it goes on.
@@ -76,8 +89,10 @@ class RankCommitter {
   // report, checks the parts against each other (steps, replicated
   // declarations, tensors two ranks both saved), writes the checkpoint's
   // MANIFEST.json into `temp_dir` and commits it as `final_name`; the others
-  // wait for rank 0's decision and its result. OK once the checkpoint is
-  // committed; otherwise why not, naming the rank at fault.
+  // wait for rank 0's decision and its result (ranks that share no ROOT:
+  // each writes rank 0's MANIFEST.json into its own `temp_dir` and commits
+  // that too). OK once the checkpoint is committed; otherwise why not,
+  // naming the rank at fault.
   absl::Status CommitPart(int64_t step, const std::string& temp_dir,
                           const std::string& final_name, const Part& part,
                           const std::string& extras_json, const CancelledFn& cancelled);
@@ -104,7 +119,8 @@ class RankCommitter {
   // else `error`.
   absl::Status AbandonPart(const std::string& temp_dir, const absl::Status& error);
 
-  // Removes what this rank wrote into `temp_dir` (rank 0: the directory).
+  // Removes what this rank wrote into `temp_dir` (rank 0, and every rank
+  // when the ranks share no ROOT: the directory).
   void RemoveOwnFiles(const std::string& temp_dir);
 
  private:
@@ -129,16 +145,22 @@ class RankCommitter {
   absl::Status CommitAsRankZero(int64_t step, const std::string& temp_dir,
                                 const std::string& final_name, const Part& part,
                                 const std::string& extras_json, const CancelledFn& cancelled);
-  // Every other rank's report of its part of `step`: the checksum of each
-  // rank's manifest, by rank (rank 0's from `part`). Ends early, with the
-  // reason to abort, when a rank failed or is missing past `commit_timeout`,
-  // another rank decided, or `cancelled` says so.
-  absl::StatusOr<std::vector<uint64_t>> CollectReports(int64_t step, const std::string& temp_dir,
+  // Every other rank's report of its part of `step`, by rank (rank 0's from
+  // `part`). Ends early, with the reason to abort, when a rank failed or is
+  // missing past `commit_timeout`, another rank decided, or `cancelled` says
+  // so.
+  absl::StatusOr<std::vector<Reported>> CollectReports(int64_t step, const std::string& temp_dir,
                                                        const Part& part, const CancelledFn& cancelled);
   // After rank 0 set the result: waits (at most `kResultSeenPatience`, or
   // `commit_timeout` if shorter) until every other rank has read it.
   void AwaitResultSeen(const std::string& temp_dir);
-  absl::Status FollowRankZero(const std::string& temp_dir, const CancelledFn& cancelled);
+  absl::Status FollowRankZero(int64_t step, const std::string& temp_dir, const std::string& final_name,
+                              const CancelledFn& cancelled);
+  // Ranks that share no ROOT, once rank 0 decided to commit: writes the
+  // checkpoint's MANIFEST.json (from the store) into this rank's own
+  // `temp_dir`, checks it lists this rank's part as reported, and commits
+  // the directory as `final_name`.
+  absl::Status CommitOwnCopy(int64_t step, const std::string& temp_dir, const std::string& final_name);
 
   const DistributedOptions options_;
   FileSystem* const fs_;

@@ -255,14 +255,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   }
   // One writer per root: a second engine, here or in another process, would
   // race this one's commits, LATEST and delta base. (Of a multi-rank
-  // engine's ranks, rank 0 commits and holds the lock; the others only
-  // write files of their own into the temp directories.)
+  // engine's ranks on a shared ROOT, rank 0 commits and holds the lock; the
+  // others only write files of their own into the temp directories. Ranks
+  // that share no file system each commit, and lock, a directory of their
+  // own.)
   std::unique_ptr<FileLock> writer_lock;
   std::unique_ptr<RankCommitter> committer;
   if (multi_rank) {
     committer = std::make_unique<RankCommitter>(dist, fs.get(), root, WriterName());
   }
-  if (!multi_rank || dist.rank == 0) {
+  if (!multi_rank || dist.rank == 0 || !dist.shared_root) {
     auto locked = LockRoot(root, RootLockKind::kWriter, "ckpt engine", fs.get());
     // ckpt-retain holds the writer lock only while it renames a dead
     // writer's save temps to trash (milliseconds): a trainer restarting at

@@ -116,8 +116,10 @@ void Persister::ResumeReference() {
   absl::StatusOr<std::optional<RebuiltFrom>> from =
       absl::FailedPreconditionError("resume_from_newest is off");
   if (ctx_.delta.resume_from_newest) {
+    // Ranks that share no ROOT each hold a copy of their own part alone.
+    const bool own_part_only = ctx_.committer != nullptr && !ctx_.committer->options().shared_root;
     from = RebuildReference(fs, ctx_.root, ctx_.io, differential(), rank, world_size, reference_.get(),
-                            [this] { return abandon_.load(); });
+                            [this] { return abandon_.load(); }, own_part_only);
   }
   if (!from.ok() && ctx_.delta.resume_from_newest) {
     Log(LogLevel::kWarning, absl::StrCat("the first save to ", ctx_.root,
@@ -494,6 +496,7 @@ absl::Status Persister::Commit(SaveJob& job, std::vector<std::unique_ptr<File>>&
     part.base_step = manifest.base_step;
     part.delta_mode = manifest.delta_mode;
     part.replicated_fingerprint = job.replicated_fingerprint;
+    if (!committer->options().shared_root) part.contents = contents;
     // A preemption deadline ends the wait for the other ranks too: the save
     // commits only if every rank's part is durable within the grace.
     CKPT_RETURN_IF_ERROR(committer->CommitPart(

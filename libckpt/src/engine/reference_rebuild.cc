@@ -11,6 +11,7 @@
 #include "format/names.h"
 #include "io/small_file.h"
 #include "read/delta_chain.h"
+#include "read/rank_copy.h"
 #include "util/hash.h"
 #include "util/status_macros.h"
 
@@ -45,7 +46,8 @@ std::string RebuiltFromText(const RebuiltFrom& from) {
 
 absl::StatusOr<std::optional<RebuiltFrom>> RebuildReference(
     std::shared_ptr<FileSystem> fs, const std::string& root, const IoOptions& io, bool differential,
-    int rank, int world_size, ReferenceState* reference, const std::function<bool()>& cancelled) {
+    int rank, int world_size, ReferenceState* reference, const std::function<bool()>& cancelled,
+    bool own_part_only) {
   reference->Invalidate();
   // A rank reads its own part (ReaderOptions::rank); its chain runs through
   // the same rank's parts of the base steps.
@@ -54,7 +56,9 @@ absl::StatusOr<std::optional<RebuiltFrom>> RebuildReference(
   options.fs = fs;
   options.io = io;
   options.rank = part;
-  absl::StatusOr<std::unique_ptr<Reader>> newest = Reader::Open(root, options);
+  own_part_only = own_part_only && part.has_value();
+  auto open = [&]() { return own_part_only ? OpenOwnPart(root, options) : Reader::Open(root, options); };
+  absl::StatusOr<std::unique_ptr<Reader>> newest = open();
   if (absl::IsNotFound(newest.status())) return std::optional<RebuiltFrom>();
   CKPT_RETURN_IF_ERROR(newest.status());
   // Another world's parts hold other slices of the state: no base for this one.
@@ -64,11 +68,12 @@ absl::StatusOr<std::optional<RebuiltFrom>> RebuildReference(
   std::unique_ptr<Reader> reader = std::move(*newest);
   if (base.manifest.step != reader->step()) {
     options.step = base.manifest.step;
-    CKPT_ASSIGN_OR_RETURN(reader, Reader::Open(root, options));
+    CKPT_ASSIGN_OR_RETURN(reader, open());
   }
   // The tensors of the base's own manifest (a rank's part: those it saved,
   // not the replicated ones other ranks wrote); a chunk of a sharded tensor
-  // is read as the region of the global tensor it covers.
+  // is read as the region of the global tensor it covers (from a rank's own
+  // part alone, as the record it is).
   std::vector<ReadTarget> whole;
   std::vector<RegionTarget> regions;
   uint64_t batch_bytes = 0;
@@ -84,7 +89,7 @@ absl::StatusOr<std::optional<RebuiltFrom>> RebuildReference(
   for (const TensorInfo& t : base.manifest.tensors) {
     char* dst = reference->FindOrCreate(t.name, t.dtype, t.shape, t.raw_bytes);
     if (dst == nullptr) continue;  // over the budget: saved whole, as it would be anyway
-    if (t.placement == TensorPlacement::kSharded) {
+    if (t.placement == TensorPlacement::kSharded && !own_part_only) {
       regions.push_back(RegionTarget{t.name, t.global_offset, t.shape, dst, t.raw_bytes});
     } else {
       whole.push_back(ReadTarget{t.name, dst, t.raw_bytes});

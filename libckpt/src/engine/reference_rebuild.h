@@ -41,14 +41,17 @@ std::string RebuiltFromText(const RebuiltFrom& from);
 // (`full_every`, the restore-read bound) a save of every link would have
 // left. With `world_size` > 1 only rank `rank`'s part is read, along the
 // chain of that rank's parts; the checkpoint must have been written by as
-// many ranks. Returns what was read, or nullopt when there is nothing to
+// many ranks; `own_part_only`: each step is what this rank's copy holds
+// (ranks that share no ROOT: the manifest and this rank's part), so the
+// newest step is the newest whose own part verifies. Returns what was read, or nullopt when there is nothing to
 // take deltas against (no checkpoint; one written by another number of
 // ranks). On error, or when `cancelled()` turns true between reads,
 // `reference` is left invalid (the next save is full) and the error is
 // returned.
 absl::StatusOr<std::optional<RebuiltFrom>> RebuildReference(
     std::shared_ptr<FileSystem> fs, const std::string& root, const IoOptions& io, bool differential,
-    int rank, int world_size, ReferenceState* reference, const std::function<bool()>& cancelled);
+    int rank, int world_size, ReferenceState* reference, const std::function<bool()>& cancelled,
+    bool own_part_only = false);
 
 }  // namespace ckpt::internal
 

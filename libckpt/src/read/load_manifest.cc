@@ -137,7 +137,7 @@ absl::StatusOr<Manifest> LoadRankPart(FileSystem& fs, const std::string& dir, in
 }
 
 absl::StatusOr<StepManifest> LoadStepManifest(FileSystem& fs, const std::string& dir,
-                                              int64_t expected_step) {
+                                              int64_t expected_step, std::optional<int> only_rank) {
   CKPT_ASSIGN_OR_RETURN(std::string contents, ReadManifestFile(fs, dir, kManifestName));
   StepManifest step;
   if (!IsGlobalManifest(contents)) {
@@ -147,7 +147,15 @@ absl::StatusOr<StepManifest> LoadStepManifest(FileSystem& fs, const std::string&
   step.multi_rank = true;
   CKPT_ASSIGN_OR_RETURN(step.global, LoadGlobalManifest(fs, dir, contents, expected_step));
   step.parts.reserve(step.global.ranks.size());
+  if (only_rank.has_value() && (*only_rank < 0 || *only_rank >= step.global.world_size)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", dir, " has ranks 0..", step.global.world_size - 1,
+                                            ", not rank ", *only_rank));
+  }
   for (const RankPart& part : step.global.ranks) {
+    if (only_rank.has_value() && part.rank != *only_rank) {
+      step.parts.emplace_back();  // not loaded
+      continue;
+    }
     CKPT_ASSIGN_OR_RETURN(Manifest m, LoadListedPart(fs, dir, expected_step, part));
     step.parts.push_back(std::move(m));
   }

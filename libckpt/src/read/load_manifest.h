@@ -28,7 +28,9 @@ absl::StatusOr<Manifest> LoadManifest(FileSystem& fs, const std::string& dir,
 // What a step directory's MANIFEST.json says: a single-process checkpoint's
 // manifest, or a multi-rank checkpoint's list of parts (whose own manifests
 // are then loaded and checked too: each must exist, verify, have the
-// checksum the list records, and its shards their sizes).
+// checksum the list records, and its shards their sizes; with `only_rank`,
+// only that rank's, the other parts left empty: a rank's copy of a step
+// when the ranks share no ROOT holds only its own).
 struct StepManifest {
   bool multi_rank = false;
   Manifest single;         // !multi_rank
@@ -36,7 +38,8 @@ struct StepManifest {
   std::vector<Manifest> parts;  // multi_rank: one per rank
 };
 absl::StatusOr<StepManifest> LoadStepManifest(FileSystem& fs, const std::string& dir,
-                                              int64_t expected_step);
+                                              int64_t expected_step,
+                                              std::optional<int> only_rank = std::nullopt);
 
 // Rank `rank`'s part of the multi-rank checkpoint in `dir`: its manifest,
 // checked against the step manifest's list (which must verify, be for

@@ -11,9 +11,11 @@
 namespace ckpt::internal {
 
 absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, int64_t step,
-                                      std::optional<int> rank) {
+                                      std::optional<int> rank, bool own_part_only) {
   const std::string dir = JoinPath(root, CheckpointDirName(step));
-  CKPT_ASSIGN_OR_RETURN(StepManifest manifest, LoadStepManifest(fs, dir, step));
+  own_part_only = own_part_only && rank.has_value();
+  CKPT_ASSIGN_OR_RETURN(StepManifest manifest,
+                        LoadStepManifest(fs, dir, step, own_part_only ? rank : std::nullopt));
   StepView view;
   view.step = step;
   view.dir = dir;
@@ -42,7 +44,7 @@ absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, i
   // sharded ones, by rank (every part, for the whole checkpoint).
   std::vector<int> ranks;
   if (rank.has_value()) ranks.push_back(*rank);
-  for (int r = 0; r < global.world_size; ++r) {
+  for (int r = 0; r < global.world_size && !own_part_only; ++r) {
     bool shared = false;
     for (const TensorInfo& t : manifest.parts[r].tensors) {
       shared |= t.placement == TensorPlacement::kReplicated || t.placement == TensorPlacement::kSharded;
@@ -57,7 +59,7 @@ absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, i
     const size_t part = view.parts.size();
     const bool own = rank.has_value() && r == *rank;
     for (const TensorInfo& t : chain.opened().manifest.tensors) {
-      if (t.placement == TensorPlacement::kSharded) continue;  // shown whole, below
+      if (t.placement == TensorPlacement::kSharded && !own_part_only) continue;  // shown whole, below
       const bool replicated = t.placement == TensorPlacement::kReplicated;
       if (rank.has_value() && !own && !replicated) continue;
       TensorInfo shown = t;
@@ -74,6 +76,7 @@ absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, i
     view.parts.push_back(ReaderPart{r, std::move(chain)});
   }
   if (!rank.has_value()) view.extras_json = global.extras_json;
+  if (own_part_only) return view;
   // Each sharded tensor once, whole, from its chunks on every rank.
   std::vector<RankRecords> records;
   for (const ReaderPart& p : view.parts) records.push_back(RankRecords{p.rank, &p.chain.opened().manifest.tensors});

@@ -47,8 +47,12 @@ struct StepView {
 };
 
 // The view of step `step` of `root` for `rank` (see ReaderOptions::rank).
+// `own_part_only` (with `rank`): the tensors of that rank's own part alone,
+// its chunks of sharded tensors shown as they are, under their names; the
+// other parts are not read (a rank's copy of a step when the ranks share no
+// ROOT, whose delta reference is rebuilt from it).
 absl::StatusOr<StepView> LoadStepView(FileSystem& fs, const std::string& root, int64_t step,
-                                      std::optional<int> rank);
+                                      std::optional<int> rank, bool own_part_only = false);
 
 }  // namespace ckpt::internal
 
