@@ -9,6 +9,7 @@
 #include "io/small_file.h"
 #include "distributed/rank_layout.h"
 #include "read/load_manifest.h"
+#include "read/rank_copy.h"
 #include "util/status_macros.h"
 
 namespace ckpt {
@@ -36,11 +37,13 @@ absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& root,
 
 namespace {
 
-CheckpointSummary Summarize(FileSystem& fs, const std::string& root, int64_t step) {
+// `only_rank`: the step is that rank's copy (read/rank_copy.h).
+CheckpointSummary Summarize(FileSystem& fs, const std::string& root, int64_t step,
+                            std::optional<int> only_rank = std::nullopt) {
   CheckpointSummary s;
   s.step = step;
   s.dir = internal::JoinPath(root, internal::CheckpointDirName(step));
-  auto loaded = internal::LoadStepManifest(fs, s.dir, step);
+  auto loaded = internal::LoadStepManifest(fs, s.dir, step, only_rank);
   if (!loaded.ok()) {
     s.manifest_status = loaded.status();
     return s;
@@ -68,6 +71,7 @@ CheckpointSummary Summarize(FileSystem& fs, const std::string& root, int64_t ste
   }
   std::vector<std::string> manifests = {std::string(internal::kManifestName)};
   for (size_t r = 0; loaded->multi_rank && r < parts.size(); ++r) {
+    if (only_rank.has_value() && static_cast<int>(r) != *only_rank) continue;
     manifests.push_back(internal::RankManifestName(static_cast<int>(r)));
   }
   for (const internal::Manifest* m : parts) {
@@ -99,8 +103,10 @@ absl::StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string
   return summaries;
 }
 
-absl::StatusOr<CheckpointSummary> SummarizeCheckpoint(const std::string& root, int64_t step,
-                                                      std::shared_ptr<FileSystem> fs) {
+namespace {
+
+absl::StatusOr<CheckpointSummary> SummarizeStep(const std::string& root, int64_t step,
+                                                std::shared_ptr<FileSystem> fs, std::optional<int> only_rank) {
   if (fs == nullptr) {
     CKPT_ASSIGN_OR_RETURN(fs, FileSystemForRoot(root));
   }
@@ -114,8 +120,24 @@ absl::StatusOr<CheckpointSummary> SummarizeCheckpoint(const std::string& root, i
   if (!stat->is_directory) {
     return absl::NotFoundError(absl::StrCat(dir, " is not a checkpoint directory"));
   }
-  return Summarize(*fs, root, step);
+  return Summarize(*fs, root, step, only_rank);
 }
+
+}  // namespace
+
+absl::StatusOr<CheckpointSummary> SummarizeCheckpoint(const std::string& root, int64_t step,
+                                                      std::shared_ptr<FileSystem> fs) {
+  return SummarizeStep(root, step, std::move(fs), std::nullopt);
+}
+
+namespace internal {
+
+absl::StatusOr<CheckpointSummary> SummarizeRankCopy(const std::string& root, int64_t step,
+                                                    std::shared_ptr<FileSystem> fs, int rank) {
+  return SummarizeStep(root, step, std::move(fs), rank);
+}
+
+}  // namespace internal
 
 absl::StatusOr<std::optional<int64_t>> ReadLatestHint(const std::string& root,
                                                       std::shared_ptr<FileSystem> fs) {

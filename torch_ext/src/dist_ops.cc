@@ -23,7 +23,8 @@ absl::Duration Seconds(double s) {
 
 c10::intrusive_ptr<EngineHolder> OpenEngine(const std::string& root, const std::string& options_json,
                                             const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                                            const std::string& key_prefix, double commit_timeout_s) {
+                                            const std::string& key_prefix, double commit_timeout_s,
+                                            bool shared_root) {
   EngineOptions options = ParseEngineOptions(options_json);
   if (group && group->getSize() > 1) {
     TORCH_CHECK_VALUE(commit_timeout_s > 0 && !std::isnan(commit_timeout_s),
@@ -37,6 +38,7 @@ c10::intrusive_ptr<EngineHolder> OpenEngine(const std::string& root, const std::
     d.store = NewC10dStore(store);
     d.key_prefix = key_prefix;
     d.commit_timeout = Seconds(commit_timeout_s);
+    d.shared_root = shared_root;
   }
   return c10::make_intrusive<EngineHolder>(root, options);
 }

@@ -20,12 +20,15 @@ namespace ckpt::torch_ext {
 // size from the group, coordination through (a clone of) the group's c10d
 // store under `key_prefix` (the same on every rank, unique per root and
 // opening), `commit_timeout_s` for the open handshake and each commit
-// (ckpt/distributed.h). Blocks until every rank has opened (rank 0 first) or
-// the timeout passed. A group of one rank, or none, opens a single-process
-// engine. ValueError for a timeout that is not positive or an empty prefix.
+// (ckpt/distributed.h), `shared_root` false for ranks that each open a
+// directory of their own (`DistributedOptions::shared_root`). Blocks until
+// every rank has opened (rank 0 first) or the timeout passed. A group of one
+// rank, or none, opens a single-process engine. ValueError for a timeout that
+// is not positive or an empty prefix.
 c10::intrusive_ptr<EngineHolder> OpenEngine(const std::string& root, const std::string& options_json,
                                             const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                                            const std::string& key_prefix, double commit_timeout_s);
+                                            const std::string& key_prefix, double commit_timeout_s,
+                                            bool shared_root = true);
 
 // `StoreOp` is `torch.ops.ckpt._store_op`, for tests of the c10d adapter
 // (c10d_store.h) against a real store: runs `op` ("set", "get",

@@ -85,16 +85,18 @@ std::tuple<int64_t, int64_t, bool> PublishCheckpointOp(std::string root, int64_t
   return {static_cast<int64_t>(stats->files), static_cast<int64_t>(stats->bytes), stats->already_there};
 }
 
-// Rank `part`'s files of multi-rank step `step` (PublishOptions::part), as
+// Rank `part`'s files of multi-rank step `step` (PublishOptions::part; with
+// `own_copy`, `root` is that rank's own copy: PublishOptions::copy_of), as
 // JSON {"files": [{"name", "bytes", "xxh3"}], "bytes", "already_there"} for
 // commit_published_parts. Takes no lease: the rank that commits holds it.
 std::string PublishPartOp(std::string root, int64_t step, std::string url, int64_t part, int64_t streams,
                           int64_t part_bytes, int64_t max_send_bytes_per_second,
-                          std::string storage_class) {
+                          std::string storage_class, bool own_copy) {
   const std::string what = absl::StrCat("ckpt: upload of rank ", part, "'s part of step ", step, " to ", url, ": ");
   OpenedUrl opened = OpenUrl(url, max_send_bytes_per_second, what);
   PublishOptions publish = Publishing(streams, part_bytes, std::move(storage_class));
   publish.part = static_cast<int>(part);
+  if (own_copy) publish.copy_of = publish.part;
   auto stats = PublishCheckpoint(root, step, *opened.store, opened.url.prefix, publish);
   ThrowIfError(stats.status(), what);
   nlohmann::json files = nlohmann::json::array();
@@ -107,12 +109,13 @@ std::string PublishPartOp(std::string root, int64_t step, std::string url, int64
 }
 
 // The rest of multi-rank step `step` and its marker (CommitPublishedParts),
-// given the ranks' publish_part results' files (a JSON list of them).
+// given the ranks' publish_part results' files (a JSON list of them);
+// `copy_of` >= 0: `root` is that rank's own copy (PublishOptions::copy_of).
 std::tuple<int64_t, int64_t, bool> CommitPublishedPartsOp(std::string root, int64_t step, std::string url,
                                                           std::string published_json, int64_t streams,
                                                           int64_t part_bytes,
                                                           int64_t max_send_bytes_per_second,
-                                                          std::string storage_class) {
+                                                          std::string storage_class, int64_t copy_of) {
   const std::string what = absl::StrCat("ckpt: commit of step ", step, " in ", url, ": ");
   const nlohmann::json parsed = nlohmann::json::parse(published_json, nullptr, /*allow_exceptions=*/false);
   TORCH_CHECK_VALUE(parsed.is_array(), what, "the published files are not a JSON list");
@@ -125,8 +128,9 @@ std::tuple<int64_t, int64_t, bool> CommitPublishedPartsOp(std::string root, int6
                                            f["xxh3"].get<uint64_t>()});
   }
   OpenedUrl opened = OpenUrl(url, max_send_bytes_per_second, what);
-  auto stats = CommitPublishedParts(root, step, *opened.store, opened.url.prefix, published,
-                                    Publishing(streams, part_bytes, std::move(storage_class)));
+  PublishOptions publish = Publishing(streams, part_bytes, std::move(storage_class));
+  if (copy_of >= 0) publish.copy_of = static_cast<int>(copy_of);
+  auto stats = CommitPublishedParts(root, step, *opened.store, opened.url.prefix, published, publish);
   ThrowIfError(stats.status(), what);
   return {static_cast<int64_t>(stats->files), static_cast<int64_t>(stats->bytes), stats->already_there};
 }
@@ -167,10 +171,11 @@ TORCH_LIBRARY_FRAGMENT(ckpt, m) {
         "int max_send_bytes_per_second, str storage_class=\"\") -> (int, int, bool)",
         PublishCheckpointOp);
   m.def("publish_part(str root, int step, str url, int part, int streams, int part_bytes, "
-        "int max_send_bytes_per_second, str storage_class=\"\") -> str",
+        "int max_send_bytes_per_second, str storage_class=\"\", bool own_copy=False) -> str",
         PublishPartOp);
   m.def("commit_published_parts(str root, int step, str url, str published_json, int streams, "
-        "int part_bytes, int max_send_bytes_per_second, str storage_class=\"\") -> (int, int, bool)",
+        "int part_bytes, int max_send_bytes_per_second, str storage_class=\"\", int copy_of=-1) -> "
+        "(int, int, bool)",
         CommitPublishedPartsOp);
   m.def("check_storage_class(str storage_class) -> ()", CheckStorageClassOp);
   m.class_<TierLeaseHolder>("TierLease")

@@ -63,9 +63,10 @@ void ReserveStagingOp(const c10::intrusive_ptr<EngineHolder>& engine, std::vecto
 
 c10::intrusive_ptr<EngineHolder> OpenEngineOp(std::string root, std::string options_json,
                                               c10::optional<c10::intrusive_ptr<c10d::ProcessGroup>> group,
-                                              std::string key_prefix, double commit_timeout_s) {
+                                              std::string key_prefix, double commit_timeout_s,
+                                              bool shared_root) {
   return OpenEngine(root, options_json, group.has_value() ? *group : nullptr, key_prefix,
-                    commit_timeout_s);
+                    commit_timeout_s, shared_root);
 }
 
 std::tuple<std::string, std::string> StoreOpOp(c10::intrusive_ptr<c10d::ProcessGroup> group,
@@ -172,7 +173,7 @@ TORCH_LIBRARY(ckpt, m) {
   m.def(
       "open_engine(str root, str options_json=\"{}\", "
       "__torch__.torch.classes.c10d.ProcessGroup? group=None, str key_prefix=\"ckpt\", "
-      "float commit_timeout_s=300.) -> __torch__.torch.classes.ckpt.Engine",
+      "float commit_timeout_s=300., bool shared_root=True) -> __torch__.torch.classes.ckpt.Engine",
       OpenEngineOp);
   // A group's c10d store through the adapter (C10dStore): ("", value) or
   // (code, message). Used by the adapter's tests and by the multi-rank

@@ -95,6 +95,15 @@ struct PublishOptions {
   // `CommitPublishedParts`. Steps (1)-(3) below then concern rank r's keys
   // only (another rank's uploads are left to it).
   std::optional<int> part;
+  // `root` is rank `*copy_of`'s own copy of its steps (ranks that share no
+  // ROOT, `DistributedOptions::shared_root = false`): each holds the
+  // checkpoint's MANIFEST.json and that rank's files only. `part`, if set,
+  // must be the same rank. `CommitPublishedParts` then checks the files the
+  // ranks published against the checkpoint's manifest (every rank's
+  // manifest listed, no file of a rank the checkpoint does not have) and
+  // the local ones against this copy, instead of against one directory that
+  // holds them all.
+  std::optional<int> copy_of;
 };
 
 struct PublishStats {

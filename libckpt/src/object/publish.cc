@@ -16,12 +16,14 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "ckpt/catalog.h"
 #include "ckpt/object_tier.h"
 #include "format/names.h"
+#include "read/rank_copy.h"
 #include "util/hash.h"
 #include "util/log.h"
 #include "util/path.h"
@@ -372,10 +374,17 @@ class Publisher {
   std::map<std::string, std::string> resume_;  // the calling thread's
 };
 
+// "rank-<5 digits>.": a file of one rank's part (format/names.h).
+bool IsRankFile(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, "rank-") || name.size() < 6 || name[5] != '.') return false;
+  return std::all_of(name.begin(), name.begin() + 5, [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // Every file of the step directory `names` is listed, with its size, in
 // `listed` (once): else kFailedPrecondition naming what is missing.
 absl::Status CheckCoversStep(FileSystem& fs, const CheckpointSummary& hot, const std::vector<std::string>& names,
-                             const std::vector<CommitMarker::File>& listed, const std::string& where) {
+                             const std::vector<CommitMarker::File>& listed, const std::string& where,
+                             std::optional<int> copy_of) {
   std::map<std::string, uint64_t> sizes;
   for (const CommitMarker::File& f : listed) {
     if (!sizes.emplace(f.name, f.bytes).second) {
@@ -395,9 +404,30 @@ absl::Status CheckCoversStep(FileSystem& fs, const CheckpointSummary& hot, const
     }
     sizes.erase(it);
   }
-  if (!sizes.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(sizes.begin()->first, " was published for ", where,
-                                                      " but is not in ", hot.dir));
+  if (!copy_of.has_value()) {
+    if (!sizes.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(sizes.begin()->first, " was published for ", where,
+                                                        " but is not in ", hot.dir));
+    }
+    return absl::OkStatus();
+  }
+  // A rank's copy holds its own files only: the others' must be files of
+  // the checkpoint's other ranks, every one of which published its manifest.
+  for (int r = 0; r < hot.world_size; ++r) {
+    if (r != *copy_of && sizes.count(internal::RankManifestName(r)) == 0) {
+      return absl::FailedPreconditionError(absl::StrCat("rank ", r, "'s part of ", where,
+                                                        " was not published (its manifest is not listed)"));
+    }
+  }
+  for (const auto& [name, bytes] : sizes) {
+    int rank = -1;
+    if (!IsRankFile(name) || !absl::SimpleAtoi(absl::string_view(name).substr(5, 5), &rank) ||
+        rank >= hot.world_size || rank == *copy_of) {
+      return absl::FailedPreconditionError(absl::StrCat(name, " was published for ", where,
+                                                        " but is no file of its other ranks (",
+                                                        hot.world_size, " ranks; ", hot.dir,
+                                                        " is rank ", *copy_of, "'s copy)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -406,12 +436,6 @@ bool SameCheckpoint(const CommitMarker& m, const CheckpointSummary& hot) {
   const uint64_t hot_identity = hot.compacted ? hot.compacted_from_manifest_xxh3 : hot.manifest_xxh3;
   return m.manifest_xxh3 == hot.manifest_xxh3 ||
          (m.compacted && m.compacted_from_manifest_xxh3 == hot_identity);
-}
-
-// "rank-<5 digits>.": a file of one rank's part (format/names.h).
-bool IsRankFile(absl::string_view name) {
-  if (!absl::ConsumePrefix(&name, "rank-") || name.size() < 6 || name[5] != '.') return false;
-  return std::all_of(name.begin(), name.begin() + 5, [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // What one call publishes of a step: every file and the marker
@@ -473,7 +497,9 @@ absl::StatusOr<PublishStats> Publish(const std::string& root, int64_t step, Obje
   std::shared_ptr<FileSystem> fs = options.fs != nullptr ? options.fs : PosixFileSystem();
   if (options.part_bytes == 0) return absl::InvalidArgumentError("PublishOptions::part_bytes is 0");
   CKPT_RETURN_IF_ERROR(CheckStorageClass(options.storage_class));
-  CKPT_ASSIGN_OR_RETURN(CheckpointSummary hot, SummarizeCheckpoint(root, step, fs));
+  CKPT_ASSIGN_OR_RETURN(CheckpointSummary hot,
+                        options.copy_of.has_value() ? internal::SummarizeRankCopy(root, step, fs, *options.copy_of)
+                                                    : SummarizeCheckpoint(root, step, fs));
   if (!hot.manifest_status.ok()) return hot.manifest_status;
   const std::string where = absl::StrCat("s3://", store.bucket(), "/", StepPrefix(prefix, step));
   const std::string step_keys = StepPrefix(prefix, step) + "/";
@@ -607,7 +633,7 @@ absl::StatusOr<PublishStats> Publish(const std::string& root, int64_t step, Obje
   std::vector<CommitMarker::File> listed;
   if (selection.published() != nullptr) listed = *selection.published();
   for (const LocalFile& f : files) listed.push_back(CommitMarker::File{f.name, f.bytes, f.xxh3});
-  CKPT_RETURN_IF_ERROR(CheckCoversStep(*fs, hot, names, listed, where));
+  CKPT_RETURN_IF_ERROR(CheckCoversStep(*fs, hot, names, listed, where, options.copy_of));
   CommitMarker marker;
   marker.step = step;
   marker.delta = hot.kind == CheckpointKind::kDelta;
@@ -667,6 +693,9 @@ absl::StatusOr<PublishStats> PublishCheckpoint(const std::string& root, int64_t 
                                                const PublishOptions& options) {
   if (options.part.has_value() && *options.part < 0) {
     return absl::InvalidArgumentError(absl::StrCat("PublishOptions::part is ", *options.part));
+  }
+  if (options.copy_of.has_value() && options.part != options.copy_of) {
+    return absl::InvalidArgumentError("PublishOptions::copy_of is set: a rank's copy publishes that rank's part");
   }
   return Publish(root, step, store, prefix, options, Selection{options.part, nullptr});
 }
