@@ -215,6 +215,45 @@ def test_upload_behind_a_multi_rank_save_commits_one_checkpoint_per_step(root, b
             assert torch.equal(a["model"]["w"], b["model"]["w"]) and torch.equal(a["rng"], b["rng"]), (s, r)
 
 
+def test_ranks_that_share_no_file_system_commit_one_checkpoint_in_the_bucket(root, bucket_url, tmp_path):
+    """shared_root=False: each rank commits its own copy (the manifest and its
+    part only) under ROOT/rank-<r> and uploads it; one marker per step makes
+    the bucket hold every whole step. Loaded from the bucket alone (the local
+    copies gone) every rank's part is as saved, and each rank keeps only the
+    newest durable step's delta chain locally."""
+    import distributed_workers as workers
+    import tier_workers
+    w = workers.run_world("tier_workers:tier_node_local", 2, str(tmp_path / "w"), timeout=300, root=root,
+                          url=bucket_url, aws=_aws_env())
+    w.check()
+    for r in range(2):
+        v = w.value(r)
+        assert v["errors"] == [] and v["foreign"] == [], f"rank {r}: {v}"
+        assert v["local_dir"] == os.path.join(root, f"rank-{r:05d}"), v["local_dir"]
+        assert v["waited"] and v["status"] == {str(s): "durable" for s in (1, 2, 3, 4)}, v
+        # Steps 1 and 2 are in the bucket and step 4 is a delta of 3: only 3 and 4 stay here.
+        assert [n for n in v["left"] if n.startswith("step-")] == [f"step-{s:020d}" for s in (3, 4)], v["left"]
+    assert ckpt.list_steps(bucket_url) == [1, 2, 3, 4]
+    for s in (1, 2, 3, 4):
+        keys, marker = _marker(bucket_url, s)
+        assert marker is not None and '"rank-00000.MANIFEST.json"' in marker and \
+            '"rank-00001.MANIFEST.json"' in marker, keys
+    shutil.rmtree(root)  # the machines are gone: the bucket alone restores every step
+    for s in (1, 2, 3, 4):
+        for r in range(2):
+            got, want = ckpt.load(bucket_url, step=s, rank=r), tier_workers._state(r, s)
+            assert torch.equal(got["model"]["w"], want["model"]["w"]) and torch.equal(got["rng"], want["rng"]), (s, r)
+    ckpt.verify(bucket_url, 4)
+
+
+def test_shared_root_false_needs_a_tier(root):
+    with pytest.raises(TypeError, match="shared_root"):
+        ckpt.Checkpointer(root, shared_root="no")
+    # Without a group it means nothing: a single-process checkpointer.
+    with ckpt.Checkpointer(root, shared_root=False) as cp:
+        assert cp.shared_root and cp.local_dir == root
+
+
 def test_a_rank_whose_part_cannot_upload_leaves_no_marker_and_fails_on_every_rank(root, bucket_url, tmp_path):
     import distributed_workers as workers
     w = workers.run_world("tier_workers:tier_group", 2, str(tmp_path / "w"), timeout=300, root=root,

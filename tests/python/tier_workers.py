@@ -49,3 +49,47 @@ def tier_group(ctx):
             got = ckpt.load(ctx.url, step=step, process_group=ctx.group)
             out["errors"] += [f"step {step}: {d}" for d in differences(got, snaps[step])]
     return out
+
+
+def tier_node_local(ctx):
+    """As tier_group, but the ranks share no file system
+    (shared_root=False): each commits its copy of every step in
+    ROOT/rank-<r> and uploads its part from there. Saves 4 steps (full,
+    delta, full, delta); returns the tier outcomes, which files each rank's
+    copies hold, what is left locally once every step is durable, and
+    whether every step loads back from the bucket (with the group) as saved."""
+    os.environ.update(ctx.aws)
+    out = {"done": [], "errors": [], "foreign": []}
+    snaps = {}
+    try:
+        ckpt.Checkpointer(ctx.root, shared_root=False)
+        out["errors"].append("shared_root=False without a tier opened")
+    except ValueError as e:
+        if "needs tier=" not in str(e):
+            out["errors"].append(f"shared_root=False without a tier: {e}")
+    with ckpt.Checkpointer(ctx.root, tier=ctx.url, shared_root=False, delta="exact", full_every=2,
+                           replicated=["model"], rank_local=["rng"], commit_timeout_s=60,
+                           tier_part_bytes=5 << 20) as cp:
+        out["local_dir"] = cp.local_dir
+        responses = []
+        for step in (1, 2, 3, 4):
+            state = _state(ctx.rank, step)
+            snaps[step] = snapshot(state)
+            responses.append(cp.save_async(step, state))
+            responses[-1].result(timeout=120)  # committed here: look at this rank's copy
+            copy = os.path.join(cp.local_dir, f"step-{step:020d}")
+            out["foreign"] += [f"step {step}: {f}" for f in os.listdir(copy)
+                               if f != "MANIFEST.json" and not f.startswith(f"rank-{ctx.rank:05d}.")]
+        for r in responses:
+            try:
+                out["done"].append(r.tier_completion.result(timeout=180))
+            except Exception as e:  # noqa: BLE001 -- the test looks at it
+                out["done"].append({"error": f"{type(e).__name__}: {e}"})
+        out["waited"] = cp.wait_tier(timeout=180)
+        out["status"] = {str(k): v["state"] for k, v in cp.tier_status().items()}
+    out["left"] = sorted(os.listdir(out["local_dir"]))
+    dist.barrier()
+    for step in (1, 2, 3, 4):
+        got = ckpt.load(ctx.url, step=step, process_group=ctx.group)
+        out["errors"] += [f"step {step}: {d}" for d in differences(got, snaps[step])]
+    return out

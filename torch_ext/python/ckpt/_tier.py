@@ -17,12 +17,24 @@ rank publishes its files (`publish_part`: uploaded and checked) and reports
 the list, rank 0 then uploads the step's global manifest and writes the
 marker over every rank's files (`commit_published_parts`) and publishes the
 result, which every rank reports on its Future. No marker is written unless
-every rank's part is up and checked.
+every rank's part is up and checked. A rank whose save of the step failed
+says so at once (rank 0: instead of "go"; the others: as their part), so
+that no rank waits for it. The keys are those of the step's n-th save (every
+rank counts alike), so a step saved again after a failure starts afresh.
+
+Ranks that share no file system (Checkpointer(shared_root=False)) each
+upload from their own copy of the step; once a step is durable in the
+bucket, each rank removes its copies of older steps that the step's delta
+chain does not need (`_prune_local_copies`).
 """
+import collections
 import concurrent.futures
 import json
 import os
 import queue
+import re
+import secrets
+import shutil
 import socket
 import threading
 import time
@@ -56,10 +68,10 @@ def _with_retries(call):
 class _GroupPublish:
     """One step's multi-rank upload on this rank (see the module)."""
 
-    def __init__(self, tier, step):
+    def __init__(self, tier, step, round_):
         self.tier, self.step = tier, step
         self.rank, self.world = tier.group.rank(), tier.group.size()
-        self.base = f"{tier.key_prefix}/tier/{step}"
+        self.base = f"{tier.key_prefix}/tier/{step}/{round_}"
 
     def _set(self, key, value):
         code, message = torch.ops.ckpt._store_op(self.tier.group.boxed(), "set", f"{self.base}/{key}",
@@ -90,7 +102,8 @@ class _GroupPublish:
         """This rank's files, uploaded and checked: its report."""
         try:
             return {"ok": True, **json.loads(_with_retries(lambda: torch.ops.ckpt.publish_part(
-                self.tier.root, self.step, self.tier.url, self.rank, *self.tier.args)))}
+                self.tier.root, self.step, self.tier.url, self.rank, *self.tier.args,
+                own_copy=self.tier.own_copy)))}
         except Exception as e:  # reported to rank 0, which writes no marker
             return {"ok": False, "error": str(e)}
 
@@ -103,11 +116,20 @@ class _GroupPublish:
         files = [f for rep in reports for f in rep["files"]]
         try:
             n, _, already = _with_retries(lambda: torch.ops.ckpt.commit_published_parts(
-                self.tier.root, self.step, self.tier.url, json.dumps(files), *self.tier.args))
+                self.tier.root, self.step, self.tier.url, json.dumps(files), *self.tier.args,
+                copy_of=self.rank if self.tier.own_copy else -1))
         except Exception as e:  # every rank reports it
             return {"ok": False, "error": str(e)}
         return {"ok": True, "files": len(files) + n, "bytes": sum(r["bytes"] for r in reports),
                 "already_there": already and all(r["already_there"] for r in reports)}
+
+    def report_failed_save(self, why):
+        """This rank's save of the step failed: tells the others at once
+        (rank 0 in place of its "go", the others as their part)."""
+        if self.rank == 0:
+            self._set("go", f"error: rank 0's save of the step failed: {why}")
+        else:
+            self._set(f"part/{self.rank}", json.dumps({"ok": False, "error": f"its save failed: {why}"}))
 
     def run(self):
         """The step's result on this rank: a dict, or raises why it is not in the bucket."""
@@ -120,7 +142,7 @@ class _GroupPublish:
                             self.tier.url, f"ckpt Checkpointer {socket.gethostname()} pid {os.getpid()} "
                             f"for {self.tier.root} ({self.world} ranks)", _GROUP_PATIENCE_S)
                 except Exception as e:
-                    self._set("go", f"error: {e}")
+                    self._set("go", f"error: rank 0 could not take the bucket's lease: {e}")
                     raise
                 self._set("go", "ok")
             else:
@@ -129,8 +151,7 @@ class _GroupPublish:
                     raise CheckpointError(f"ckpt: upload of step {self.step}: no word from rank 0 within "
                                           f"{_GROUP_PATIENCE_S:.0f} s")
                 if go != "ok":
-                    raise CheckpointError(f"ckpt: upload of step {self.step}: rank 0 could not take the "
-                                          f"bucket's lease: {go.removeprefix('error: ')}")
+                    raise CheckpointError(f"ckpt: upload of step {self.step}: {go.removeprefix('error: ')}")
             mine = self._part()
             if self.rank != 0:
                 self._set(f"part/{self.rank}", json.dumps(mine))
@@ -162,7 +183,7 @@ class _GroupPublish:
 
 class _Tier:
     def __init__(self, root, url, streams, part_bytes, max_upload_rate, group=None, key_prefix=None,
-                 storage_class=None):
+                 storage_class=None, own_copy=False):
         url = str(url)
         if not url.startswith("s3://"):
             raise ValueError(f"ckpt: tier must be an s3://bucket/prefix URL, got {url!r}")
@@ -180,6 +201,8 @@ class _Tier:
         # With a process group of several ranks: each uploads its part (_GroupPublish).
         self.group = group if group is not None and group.size() > 1 else None
         self.key_prefix = key_prefix
+        self.own_copy = own_copy
+        self._rounds = collections.Counter()  # step -> saves of it seen (group keys)
         self.stopping = False
         self._queue = queue.Queue()
         self._lock = threading.Lock()
@@ -187,14 +210,27 @@ class _Tier:
         self._thread = threading.Thread(target=self._run, name="ckpt-tier", daemon=True)
         self._thread.start()
 
+    def _next_round(self, step):
+        with self._lock:
+            n = self._rounds[step]
+            self._rounds[step] += 1
+            return n
+
     def submit(self, step, future):
+        round_ = self._next_round(step)
         with self._lock:
             self._status[step] = {"state": "pending"}
-        self._queue.put((step, future))
+        self._queue.put((step, future, round_))
 
     def skip(self, step, future, why):
+        round_ = self._next_round(step)
         with self._lock:
             self._status[step] = {"state": "not uploaded", "reason": why}
+        if self.group is not None:
+            try:  # so that no rank waits for this one's part
+                _GroupPublish(self, step, round_).report_failed_save(why)
+            except Exception:  # noqa: BLE001 -- the others then give up after their patience
+                pass
         future.set_result({"uploaded": False, "reason": why})
 
     def status(self, step=None):
@@ -220,7 +256,7 @@ class _Tier:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                step, future = item
+                step, future, _ = item
                 with self._lock:
                     self._status[step] = {"state": "cancelled"}
                 future.cancel()
@@ -234,14 +270,14 @@ class _Tier:
             if item is None:
                 self._queue.task_done()
                 return
-            step, future = item
+            step, future, round_ = item
             with self._lock:
                 self._status[step] = {"state": "uploading"}
             start = time.perf_counter()
             error = extra = None
             if self.group is not None:
                 try:
-                    extra = _GroupPublish(self, step).run()
+                    extra = _GroupPublish(self, step, round_).run()
                     files, nbytes, already = extra.pop("files"), extra.pop("bytes"), extra.pop("already_there")
                 except Exception as e:  # reported below; the save itself stands
                     error = e
@@ -259,11 +295,48 @@ class _Tier:
                     self._status[step] = {"state": "durable", **result}
                 else:
                     self._status[step] = {"state": "failed", "error": str(error)}
+            if error is None and self.own_copy:
+                try:
+                    _prune_local_copies(self.root, step)
+                except OSError:  # the next durable step tries again
+                    pass
             if error is None:
                 future.set_result(result)
             else:
                 future.set_exception(error)
             self._queue.task_done()
+
+
+_STEP_DIR = re.compile(r"step-(\d{20})")
+
+
+def _base_of(root, step):
+    """The step `step`'s copy in `root` is a delta of, or None."""
+    try:
+        with open(os.path.join(root, f"step-{step:020d}", "MANIFEST.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    base = manifest.get("base") if manifest.get("kind") == "delta" else None
+    return base.get("step") if isinstance(base, dict) and isinstance(base.get("step"), int) else None
+
+
+def _prune_local_copies(root, durable):
+    """Removes this rank's copies of the steps older than `durable` (now in
+    the bucket) that its delta chain does not need: the engine takes its
+    next delta against that chain (or a newer step), and a copy is never
+    the whole checkpoint. Each goes to a trash name first, so a removal cut
+    short is reclaimed when the engine next opens, never read as a step."""
+    keep, step = {durable}, durable
+    while (step := _base_of(root, step)) is not None and step not in keep:
+        keep.add(step)
+    for name in os.listdir(root):
+        m = _STEP_DIR.fullmatch(name)
+        if m is None or int(m.group(1)) >= durable or int(m.group(1)) in keep:
+            continue
+        trash = os.path.join(root, f".trash-{name}-{secrets.token_hex(8)}")
+        os.rename(os.path.join(root, name), trash)
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 def new_future():

@@ -2,6 +2,7 @@
 import atexit
 import concurrent.futures
 import json
+import os
 import signal
 import threading
 import time
@@ -121,6 +122,16 @@ class Checkpointer:
         bucket's default; GLACIER and DEEP_ARCHIVE raise ValueError).
     commit_timeout_s: how long a rank that wrote its part waits for the
         others before the save fails on every rank, naming the missing ranks.
+    shared_root: True (default): with a group, root is one directory every
+        rank shares (NFS, Lustre, or one machine's disk). False: the ranks'
+        machines share no file system (node-local disks); needs tier=. Each
+        rank then commits its copy of every step in root/rank-<rank> (the
+        checkpoint's manifest and its own part), uploads its part, and rank 0
+        writes the step's marker once every part is in the bucket, which is
+        where the whole checkpoint lives: load it from tier's URL. A rank's
+        copy of a step is removed once a newer step is durable in the
+        bucket, unless a delta of that newer step needs it
+        (docs/distributed.md, "Ranks that share no file system").
     replicated, rank_local: which tensors are identical on every rank (stored
         once) and which are this rank's own even where other ranks save the
         same name: None, True (every tensor), tensor-name prefixes ("model"
@@ -144,7 +155,8 @@ class Checkpointer:
     def __init__(self, root, delta="none", topk_ratio=0.01, full_every=10, lazy=False,
                  staging_bytes=None, compression=None, process_group=None, commit_timeout_s=300.0,
                  replicated=None, rank_local=None, tier=None, tier_streams=4,
-                 tier_part_bytes=8 << 20, tier_max_upload_rate=0, tier_storage_class=None, **options):
+                 tier_part_bytes=8 << 20, tier_max_upload_rate=0, tier_storage_class=None,
+                 shared_root=True, **options):
         _lib.load()
         if delta is None:
             delta = "none"
@@ -168,9 +180,23 @@ class Checkpointer:
                 f"upload behind the save with Checkpointer(DIR, tier=\"{self.root}\"), or tier with "
                 f"`ckpt-retain --root DIR --cold-dir {self.root}`")
         key_prefix = None if group is None else _distributed.next_key_prefix(self.root)
+        if not isinstance(shared_root, bool):
+            raise TypeError(f"ckpt: shared_root must be True or False, got {shared_root!r}")
+        # Ranks that share no file system: each keeps its copy of every step
+        # in ROOT/rank-<r>, and the checkpoint is whole only in the bucket.
+        self.shared_root = shared_root or group is None
+        engine_root = self.root
+        if not self.shared_root:
+            if tier is None:
+                raise ValueError(
+                    "ckpt: shared_root=False needs tier=\"s3://BUCKET/PREFIX\": ranks that share no file "
+                    "system hold one checkpoint only in a bucket (each rank's directory has its own part)")
+            engine_root = os.path.join(self.root, f"rank-{group.rank():05d}")
+            os.makedirs(self.root, exist_ok=True)
+        self.local_dir = engine_root  # where this rank's engine commits
         self._tier = None if tier is None else _tier._Tier(
-            self.root, tier, tier_streams, tier_part_bytes, tier_max_upload_rate, group, key_prefix,
-            tier_storage_class)
+            engine_root, tier, tier_streams, tier_part_bytes, tier_max_upload_rate, group, key_prefix,
+            tier_storage_class, own_copy=not self.shared_root)
         self.lazy = bool(lazy)
         self.process_group = group  # None: single-process
         options_json = json.dumps(opts, allow_nan=False)
@@ -179,7 +205,7 @@ class Checkpointer:
                 self._engine = torch.classes.ckpt.Engine(self.root, options_json)
             else:
                 self._engine = torch.ops.ckpt.open_engine(
-                    self.root, options_json, group.boxed(), key_prefix, commit_timeout_s)
+                    engine_root, options_json, group.boxed(), key_prefix, commit_timeout_s, self.shared_root)
         # Held while a save is started and queued, so the waiter's order is
         # the engine's; GUARDED_BY: _closed.
         self._lock = threading.Lock()
