@@ -127,9 +127,14 @@ TEST(NodeLocalRanks, EveryRankCommitsItsPartAndTheManifestAndTheirUnionIsTheChec
   for (const auto& [step, per_rank] : saved) {
     for (int r = 0; r < kWorld; ++r) ExpectRankPart(merged, step, r, kWorld, per_rank[r]);
   }
-  // One rank's copy alone is not a checkpoint: a reader names what is missing.
+  // One rank's copy alone is not a checkpoint: a reader names what is
+  // missing; and ROOT itself says where the checkpoint is.
   auto alone = Reader::Open(Ranks::RankRoot(root, 1), ReaderOptions{});
-  EXPECT_FALSE(alone.ok() && (*alone)->Verify().ok());
+  ASSERT_TRUE(absl::IsDataLoss(alone.status())) << alone.status();
+  EXPECT_TRUE(absl::StrContains(alone.status().message(), "rank 0's part")) << alone.status();
+  auto above = Reader::Open(root, ReaderOptions{});
+  ASSERT_TRUE(absl::IsNotFound(above.status())) << above.status();
+  EXPECT_TRUE(absl::StrContains(above.status().message(), "whole only in the bucket")) << above.status();
 
   // Reopened (a restart), every rank rebuilds its delta reference from its
   // own copy, so the next save is a delta again, and it restores bit-exact.

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "ckpt/distributed.h"
 #include "ckpt/engine.h"
 #include "ckpt/reader.h"
@@ -124,7 +125,8 @@ class Ranks {
     for (int r = 0; r < world; ++r) EXPECT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r];
   }
 
-  static std::string RankRoot(const std::string& root, int r) { return absl::StrCat(root, "/rank-", r); }
+  // As the Python Checkpointer names them: ROOT/rank-<5 digits>.
+  static std::string RankRoot(const std::string& root, int r) { return absl::StrFormat("%s/rank-%05d", root, r); }
 
   int world() const { return static_cast<int>(engines_.size()); }
   Engine& engine(int r) { return *engines_[r]; }

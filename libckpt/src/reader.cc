@@ -9,7 +9,9 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "ckpt/catalog.h"
@@ -358,6 +360,25 @@ absl::Status ReaderImpl::Verify(const VerifyProgress& progress) {
   return absl::OkStatus();
 }
 
+// Where `root` holds the ranks' own directories of a multi-rank checkpoint
+// saved with `DistributedOptions::shared_root = false`, what to read
+// instead; else "".
+std::string RankCopiesHint(FileSystem& fs, const std::string& root) {
+  auto names = fs.ListDir(root);
+  if (!names.ok()) return "";
+  for (const std::string& name : *names) {
+    absl::string_view rest = name;
+    int rank = 0;
+    if (absl::ConsumePrefix(&rest, "rank-") && rest.size() == 5 && absl::SimpleAtoi(rest, &rank)) {
+      return absl::StrCat(
+          " (it holds ranks' own directories, such as ", name,
+          ", of a checkpoint saved by ranks that share no file system: each holds only its rank's part, "
+          "and the checkpoint is whole only in the bucket they uploaded it to; read it from there)");
+    }
+  }
+  return "";
+}
+
 // `Reader::Open`, or with `own_part_only` `internal::OpenOwnPart`.
 absl::StatusOr<std::unique_ptr<Reader>> OpenReader(const std::string& root, const ReaderOptions& options,
                                                    bool own_part_only) {
@@ -396,7 +417,7 @@ absl::StatusOr<std::unique_ptr<Reader>> OpenReader(const std::string& root, cons
     absl::StrAppend(&skipped, skipped.empty() ? "" : "; ", "step ", *it, ": ",
                     view.status().message());
   }
-  if (skipped.empty()) return absl::NotFoundError(absl::StrCat("no checkpoint in ", root));
+  if (skipped.empty()) return absl::NotFoundError(absl::StrCat("no checkpoint in ", root, RankCopiesHint(*fs, root)));
   return absl::DataLossError(absl::StrCat("no readable checkpoint in ", root, " (", skipped, ")"));
 }
 
