@@ -246,6 +246,23 @@ def test_ranks_that_share_no_file_system_commit_one_checkpoint_in_the_bucket(roo
     ckpt.verify(bucket_url, 4)
 
 
+def test_a_save_that_failed_on_one_rank_ends_the_others_upload_at_once(root, bucket_url, tmp_path):
+    import distributed_workers as workers
+    w = workers.run_world("tier_workers:tier_failed_save_on_one_rank", 2, str(tmp_path / "w"), timeout=300,
+                          root=root, url=bucket_url, aws=_aws_env())
+    w.check()
+    for r in range(2):
+        for rnd in w.value(r)["rounds"]:
+            assert rnd["seconds"] < 60, rnd  # not the hour the group's patience allows
+            if rnd["failing"] == r:
+                assert rnd == {"failing": r, "seconds": rnd["seconds"], "uploaded": False,
+                               "reason": "the save failed: injected"}, rnd
+            elif r == 0:  # rank 0 writes no marker, naming rank 1
+                assert "rank 1: its save failed: the save failed: injected" in rnd["error"], rnd
+            else:  # rank 1 hears from rank 0 in place of its "go"
+                assert "rank 0's save of the step failed: the save failed: injected" in rnd["error"], rnd
+
+
 def test_shared_root_false_needs_a_tier(root):
     with pytest.raises(TypeError, match="shared_root"):
         ckpt.Checkpointer(root, shared_root="no")

@@ -93,3 +93,35 @@ def tier_node_local(ctx):
         got = ckpt.load(ctx.url, step=step, process_group=ctx.group)
         out["errors"] += [f"step {step}: {d}" for d in differences(got, snaps[step])]
     return out
+
+
+def tier_failed_save_on_one_rank(ctx):
+    """The upload of a step whose save failed on one rank only: that rank's
+    _Tier.skip tells the others at once, so their upload fails within
+    seconds naming it (it used to wait an hour for the part). Twice for
+    step 1, the failing rank swapped: the second round's keys are its own."""
+    import time
+    from ckpt import _tier
+    os.environ.update(ctx.aws)
+    out = {"rounds": []}
+    with ckpt.Checkpointer(ctx.root, tier=ctx.url, replicated=["model"], rank_local=["rng"],
+                           commit_timeout_s=60, tier_part_bytes=5 << 20) as cp:
+        cp.save_async(1, _state(ctx.rank, 1)).result(timeout=120)
+        cp.wait_tier(timeout=120)
+    tier = _tier._Tier(ctx.root, ctx.url, 2, 5 << 20, 0, ctx.group, "test/failed-save")
+    try:
+        for failing in (1, 0):
+            start = time.monotonic()
+            future = _tier.new_future()
+            if ctx.rank == failing:
+                tier.skip(1, future, "the save failed: injected")
+            else:
+                tier.submit(1, future)
+            try:
+                result = future.result(timeout=120)
+            except Exception as e:  # noqa: BLE001 -- the test looks at it
+                result = {"error": str(e)}
+            out["rounds"].append({"failing": failing, "seconds": time.monotonic() - start, **result})
+    finally:
+        tier.close()
+    return out
