@@ -131,7 +131,7 @@ if ((full)) && [[ ${CKPT_SKIP_TSAN:-0} != 1 ]]; then
   begin "ThreadSanitizer build and run"
   tsan_runs=("chain_restore_test *EveryStep*/planes:*FoundLinkByLink/planes"
              "preemption_test *" "distributed_engine_test -*ACrashOfRankZero*"
-             "distributed_resume_test *" "async_engine_test *" "engine_test *" "delta_test *"
+             "distributed_node_local_test *" "distributed_resume_test *" "async_engine_test *" "engine_test *" "delta_test *"
              "device_staging_test *" "stall_timeout_test *" "encoder_buffers_test *"
              "staging_copy_test *" "worker_pool_test *" "planes_compression_test *"
              "delta_policy_test *" "resume_agreement_test *")
@@ -149,7 +149,8 @@ if ((full)) && [[ ${CKPT_SKIP_ASAN:-0} != 1 ]]; then
   # the engine's threads; any report fails the run.
   begin "AddressSanitizer + UBSan build and run"
   asan_runs=("fault_injection_test *" "chain_restore_test */zstd:*/planes"
-             "distributed_engine_test -*ACrashOfRankZero*" "compact_test *" "engine_test *"
+             "distributed_engine_test -*ACrashOfRankZero*" "distributed_node_local_test *"
+             "compact_test *" "engine_test *"
              "async_engine_test *" "delta_test *" "hostile_checkpoint_test *" "staging_copy_test *"
              "encoder_buffers_test *" "file_system_conformance_test *" "stall_timeout_test *"
              "sharded_tensor_test *" "plane_codec_test *" "delta_codec_test *"

@@ -253,7 +253,7 @@ def test_a_save_that_failed_on_one_rank_ends_the_others_upload_at_once(root, buc
     w.check()
     for r in range(2):
         for rnd in w.value(r)["rounds"]:
-            assert rnd["seconds"] < 60, rnd  # not the hour the group's patience allows
+            assert rnd["seconds"] < 30, rnd  # not the hour the group's patience allows
             if rnd["failing"] == r:
                 assert rnd == {"failing": r, "seconds": rnd["seconds"], "uploaded": False,
                                "reason": "the save failed: injected"}, rnd

@@ -122,6 +122,7 @@ def tier_failed_save_on_one_rank(ctx):
             except Exception as e:  # noqa: BLE001 -- the test looks at it
                 result = {"error": str(e)}
             out["rounds"].append({"failing": failing, "seconds": time.monotonic() - start, **result})
+        dist.barrier()  # rank 0's process hosts the store: it stays until rank 1 read its last key
     finally:
         tier.close()
     return out

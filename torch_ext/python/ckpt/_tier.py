@@ -129,7 +129,8 @@ class _GroupPublish:
         if self.rank == 0:
             self._set("go", f"error: rank 0's save of the step failed: {why}")
         else:
-            self._set(f"part/{self.rank}", json.dumps({"ok": False, "error": f"its save failed: {why}"}))
+            self._set(f"part/{self.rank}", json.dumps({"ok": False, "error": f"its save failed: {why}",
+                                                       "save_failed": True}))
 
     def run(self):
         """The step's result on this rank: a dict, or raises why it is not in the bucket."""
@@ -170,6 +171,8 @@ class _GroupPublish:
                 result = self._commit(reports)
                 self._set("result", json.dumps(result))
                 for r in range(1, self.world):  # before this process may take the store away
+                    if reports[r].get("save_failed"):
+                        continue  # that rank is not waiting for the result
                     if self._get(f"seen/{r}", _SEEN_PATIENCE_S) is None:
                         break
             if not result["ok"]:
