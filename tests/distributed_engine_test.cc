@@ -287,11 +287,7 @@ TEST(DistributedEngine, OpenChecksTheOptionsAndWaitsForRankZeroWithADeadline) {
 // fails at open, saying why.
 TEST(DistributedEngine, ARankThatDoesNotSeeRankZerosRootFailsAtOpen) {
   ScratchDir dir;
-  EngineOptions options;
-  options.distributed.world_size = 2;
-  options.distributed.store = NewInProcessStore();
-  options.distributed.commit_timeout = absl::Seconds(30);
-  options.distributed.rank = 0;
+  EngineOptions options = testing::RankOptions(NewInProcessStore(), 2, 0);
   auto zero = Engine::Open(dir.Join("node-a"), options);
   ASSERT_TRUE(zero.ok()) << zero.status();
   options.distributed.rank = 1;

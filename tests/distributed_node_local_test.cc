@@ -187,35 +187,27 @@ TEST(NodeLocalRanks, ARankWhoseWritesFailAbortsEveryRankAndLeavesNoTempDirectory
   ranks.CloseAll();
 }
 
-TEST(NodeLocalRanks, RanksThatDisagreeOnSharingRootFailAtOpen) {
-  ScratchDir dir;
-  EngineOptions options;
-  options.distributed.world_size = 2;
-  options.distributed.store = NewInProcessStore();
-  options.distributed.commit_timeout = absl::Seconds(30);
-  options.distributed.rank = 0;
-  auto zero = Engine::Open(dir.Join("a"), options);
-  ASSERT_TRUE(zero.ok()) << zero.status();
-  options.distributed.rank = 1;
-  options.distributed.shared_root = false;
-  auto one = Engine::Open(dir.Join("b"), options);
-  ASSERT_TRUE(absl::IsInvalidArgument(one.status())) << one.status();
-  EXPECT_TRUE(absl::StrContains(one.status().message(), "shared_root false, rank 0 with true"))
-      << one.status();
-}
-
-TEST(NodeLocalRanks, TheErrorForRanksThatDoNotShareRootSaysHowToSaveWithout) {
-  ScratchDir dir;
-  EngineOptions options;
-  options.distributed.world_size = 2;
-  options.distributed.store = NewInProcessStore();
-  options.distributed.commit_timeout = absl::Seconds(30);
-  auto zero = Engine::Open(dir.Join("a"), options);
-  ASSERT_TRUE(zero.ok()) << zero.status();
-  options.distributed.rank = 1;
-  auto one = Engine::Open(dir.Join("b"), options);
-  ASSERT_TRUE(absl::IsFailedPrecondition(one.status())) << one.status();
-  EXPECT_TRUE(absl::StrContains(one.status().message(), "shared_root = false")) << one.status();
+// Rank 1 opens another directory than rank 0's: refused at open with what
+// to do, whether it says the ranks share ROOT (the default) or, unlike rank
+// 0, that they do not.
+TEST(NodeLocalRanks, OpenRefusesRanksThatDisagreeOrDoNotShareRootSayingWhatToDo) {
+  for (const bool rank1_shares_root : {true, false}) {
+    ScratchDir dir;
+    EngineOptions options = testing::RankOptions(NewInProcessStore(), 2, 0);
+    auto zero = Engine::Open(dir.Join("a"), options);
+    ASSERT_TRUE(zero.ok()) << zero.status();
+    options.distributed.rank = 1;
+    options.distributed.shared_root = rank1_shares_root;
+    auto one = Engine::Open(dir.Join("b"), options);
+    if (rank1_shares_root) {
+      ASSERT_TRUE(absl::IsFailedPrecondition(one.status())) << one.status();
+      EXPECT_TRUE(absl::StrContains(one.status().message(), "shared_root = false")) << one.status();
+    } else {
+      ASSERT_TRUE(absl::IsInvalidArgument(one.status())) << one.status();
+      EXPECT_TRUE(absl::StrContains(one.status().message(), "shared_root false, rank 0 with true"))
+          << one.status();
+    }
+  }
 }
 
 }  // namespace

@@ -97,6 +97,18 @@ class WaitSignallingStore final : public CoordinationStore {
   std::future<void> waiting_ = waited_.get_future();
 };
 
+// Options of rank `rank` of `world`, coordinating through `store`: for
+// tests that open the ranks' engines one by one.
+inline EngineOptions RankOptions(std::shared_ptr<CoordinationStore> store, int world, int rank,
+                                 absl::Duration commit_timeout = absl::Seconds(30)) {
+  EngineOptions options;
+  options.distributed.world_size = world;
+  options.distributed.rank = rank;
+  options.distributed.store = std::move(store);
+  options.distributed.commit_timeout = commit_timeout;
+  return options;
+}
+
 class Ranks {
  public:
   // Opens `world` engines on `root`, each on its own thread (a rank's Open

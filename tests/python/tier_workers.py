@@ -16,6 +16,18 @@ def _state(rank, step):
             "rng": torch.full((300,), float(10 * rank + step)), "step": step}
 
 
+def _tier_outcomes(cp, responses, out):
+    """Each save's tier outcome (or its error) into out["done"], then
+    whether wait_tier() returned in time and every step's tier state."""
+    for r in responses:
+        try:
+            out["done"].append(r.tier_completion.result(timeout=180))
+        except Exception as e:  # noqa: BLE001 -- the test looks at it
+            out["done"].append({"error": f"{type(e).__name__}: {e}"})
+    out["waited"] = cp.wait_tier(timeout=180)
+    out["status"] = {str(k): v["state"] for k, v in cp.tier_status().items()}
+
+
 def tier_group(ctx):
     """Saves 3 steps (full, exact delta, full) with tier=ctx.url; returns each
     save's tier outcome, the tier status, and whether every rank's part
@@ -36,13 +48,7 @@ def tier_group(ctx):
             state = _state(ctx.rank, step)
             snaps[step] = snapshot(state)
             responses.append(cp.save_async(step, state))
-        for r in responses:
-            try:
-                out["done"].append(r.tier_completion.result(timeout=180))
-            except Exception as e:  # noqa: BLE001 -- the test looks at it
-                out["done"].append({"error": f"{type(e).__name__}: {e}"})
-        out["waited"] = cp.wait_tier(timeout=180)
-        out["status"] = {str(k): v["state"] for k, v in cp.tier_status().items()}
+        _tier_outcomes(cp, responses, out)
     dist.barrier()
     if ctx.broken_rank is None:
         for step in (1, 2, 3):
@@ -80,13 +86,7 @@ def tier_node_local(ctx):
             copy = os.path.join(cp.local_dir, f"step-{step:020d}")
             out["foreign"] += [f"step {step}: {f}" for f in os.listdir(copy)
                                if f != "MANIFEST.json" and not f.startswith(f"rank-{ctx.rank:05d}.")]
-        for r in responses:
-            try:
-                out["done"].append(r.tier_completion.result(timeout=180))
-            except Exception as e:  # noqa: BLE001 -- the test looks at it
-                out["done"].append({"error": f"{type(e).__name__}: {e}"})
-        out["waited"] = cp.wait_tier(timeout=180)
-        out["status"] = {str(k): v["state"] for k, v in cp.tier_status().items()}
+        _tier_outcomes(cp, responses, out)
     out["left"] = sorted(os.listdir(out["local_dir"]))
     dist.barrier()
     for step in (1, 2, 3, 4):
