@@ -531,9 +531,8 @@ absl::Status RankCommitter::FollowRankZero(int64_t step, const std::string& temp
   if (!decided.is_commit()) return AbortReason(*decision);
   last_commit_mixed_kinds_ = decided.verdict == Verdict::kCommitMixedKinds;
   // Rank 0 decided to commit: the rest is its renames and fsyncs (and, when
-  // the ranks share no ROOT, this rank's own).
-  const absl::Status own_copy =
-      options_.shared_root ? absl::OkStatus() : CommitOwnCopy(step, temp_dir, final_name);
+  // the ranks share no ROOT, then this rank's own, so that a rank's copy of
+  // a step exists only where rank 0 committed it).
   auto result = WaitFor(SaveKey(temp_dir, "result"), absl::Now() + patience, nullptr);
   if (!result.ok()) {
     if (absl::IsDeadlineExceeded(result.status())) {
@@ -546,7 +545,9 @@ absl::Status RankCommitter::FollowRankZero(int64_t step, const std::string& temp
   times_.commit_latency_s = absl::ToDoubleSeconds(absl::Now() - reported);
   (void)options_.store->Set(SaveKey(temp_dir, absl::StrCat("seen/", rank())), "1");
   CKPT_ASSIGN_OR_RETURN(const StoreValue outcome, DecodeStoreValue(*result, "result"));
-  if (outcome.verdict == Verdict::kCommitted) return own_copy;
+  if (outcome.verdict == Verdict::kCommitted) {
+    return options_.shared_root ? absl::OkStatus() : CommitOwnCopy(step, temp_dir, final_name);
+  }
   if (outcome.verdict != Verdict::kCommitFailed) {
     return absl::InternalError(absl::StrCat("unexpected result in the coordination store: ", *result));
   }
