@@ -56,22 +56,6 @@ std::set<std::string> Names(const fs::path& dir) {
   return names;
 }
 
-// What a bucket holds once every rank published its part: each rank's copy
-// of every step, merged into one directory per step.
-void MergeRankCopies(const std::string& root, int world, const std::string& merged) {
-  for (int r = 0; r < world; ++r) {
-    for (const auto& step : fs::directory_iterator(Ranks::RankRoot(root, r))) {
-      const std::string name = step.path().filename().string();
-      if (!absl::StartsWith(name, "step-")) continue;
-      fs::create_directories(fs::path(merged) / name);
-      for (const auto& f : fs::directory_iterator(step.path())) {
-        fs::copy_file(f.path(), fs::path(merged) / name / f.path().filename(),
-                      fs::copy_options::overwrite_existing);
-      }
-    }
-  }
-}
-
 TEST(NodeLocalRanks, EveryRankCommitsItsPartAndTheManifestAndTheirUnionIsTheCheckpoint) {
   constexpr int kWorld = 3;
   ScratchDir dir;
@@ -115,7 +99,7 @@ TEST(NodeLocalRanks, EveryRankCommitsItsPartAndTheManifestAndTheirUnionIsTheChec
   // The union is the checkpoint: every rank's part of every step (deltas
   // resolved against the merged full step) bit-exact, and it verifies.
   const std::string merged = dir.Join("merged");
-  MergeRankCopies(root, kWorld, merged);
+  testing::MergeRankCopies(root, kWorld, merged);
   auto summaries = ListCheckpoints(merged);
   ASSERT_TRUE(summaries.ok()) << summaries.status();
   ASSERT_EQ(summaries->size(), 4u);
@@ -149,7 +133,7 @@ TEST(NodeLocalRanks, EveryRankCommitsItsPartAndTheManifestAndTheirUnionIsTheChec
     ranks.CloseAll();
   }
   fs::remove_all(merged);
-  MergeRankCopies(root, kWorld, merged);
+  testing::MergeRankCopies(root, kWorld, merged);
   for (int r = 0; r < kWorld; ++r) ExpectRankPart(merged, 5, r, kWorld, states[r]);
 }
 

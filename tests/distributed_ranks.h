@@ -7,6 +7,7 @@
 #define CKPT_TESTS_DISTRIBUTED_RANKS_H_
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <memory>
@@ -180,6 +181,22 @@ class Ranks {
   std::shared_ptr<CoordinationStore> store_;
   std::vector<std::unique_ptr<Engine>> engines_;
 };
+
+// What a bucket holds once every rank published its part: each rank's copy
+// of every step, merged into one directory per step.
+inline void MergeRankCopies(const std::string& root, int world, const std::string& merged) {
+  for (int r = 0; r < world; ++r) {
+    for (const auto& step : std::filesystem::directory_iterator(Ranks::RankRoot(root, r))) {
+      const std::string name = step.path().filename().string();
+      if (!absl::StartsWith(name, "step-")) continue;
+      std::filesystem::create_directories(std::filesystem::path(merged) / name);
+      for (const auto& f : std::filesystem::directory_iterator(step.path())) {
+        std::filesystem::copy_file(f.path(), std::filesystem::path(merged) / name / f.path().filename(),
+                                    std::filesystem::copy_options::overwrite_existing);
+      }
+    }
+  }
+}
 
 // Rank `rank`'s part of `step` reads back as exactly `want`.
 inline void ExpectRankPart(const std::string& root, int64_t step, int rank, int world,

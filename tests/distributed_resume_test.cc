@@ -430,5 +430,36 @@ TEST(DistributedResume, OneRankTurnedOffMakesTheFirstSaveFullOnEveryRank) {
   ExpectRestores(root, 3, saved[3]);
 }
 
+// Ranks that share no ROOT (shared_root = false) rebuild their delta
+// reference from their own copies alone, sharded chunks included (read as
+// the records they are, not as regions of a global tensor the copy does not
+// hold whole): the first save after a restart is a delta on every rank, and
+// the union of the copies restores every step bit-exact.
+TEST(DistributedResume, RanksThatShareNoRootTakeDeltasAfterARestartFromTheirOwnCopies) {
+  for (const DeltaOptions::Base base : {DeltaOptions::Base::kDifferential, DeltaOptions::Base::kChained}) {
+    constexpr int kWorld = 2;
+    ScratchDir dir;
+    const std::string root = dir.Join("root");
+    std::filesystem::create_directories(root);
+    EngineOptions options = DeltaOptionsFor(base, 10);
+    options.distributed.shared_root = false;
+    States states = InitialStates(kWorld, 21);
+    std::map<int64_t, States> saved;
+    std::vector<std::vector<SaveStats>> before =
+        SaveStepsInOneOpening(root, kWorld, options, 1, 3, states, &saved);
+    ASSERT_FALSE(HasFailure());
+    ExpectKinds(before[2], CheckpointKind::kDelta, "step 3");
+    std::vector<std::vector<SaveStats>> after = SaveStepsInOneOpening(root, kWorld, options, 4, 2, states, &saved);
+    ASSERT_FALSE(HasFailure());
+    ExpectKinds(after[0], CheckpointKind::kDelta, "step 4, the first after the restart");
+    const std::string merged = dir.Join("merged");
+    testing::MergeRankCopies(root, kWorld, merged);
+    auto summary = SummarizeCheckpoint(merged, 4);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->base_step, base == DeltaOptions::Base::kDifferential ? 1 : 3);
+    for (const auto& [step, want] : saved) ExpectRestores(merged, step, want);
+  }
+}
+
 }  // namespace
 }  // namespace ckpt
