@@ -269,7 +269,9 @@ absl::Status LoadParts(FileSystem& fs, int64_t step, const std::string& temp_dir
     }
     if (m->manifest_xxh3 != reported[r].manifest_xxh3) {
       return absl::DataLossError(
-          absl::StrCat("rank ", r, "'s manifest of step ", step, " on disk is not the one it reported"));
+          absl::StrCat("rank ", r, "'s manifest of step ", step,
+                       shared_root ? " on disk is not the one it reported"
+                                   : " in its report does not have the checksum it reported"));
     }
     RankPart p;
     p.rank = r;
@@ -546,7 +548,10 @@ absl::Status RankCommitter::FollowRankZero(int64_t step, const std::string& temp
   (void)options_.store->Set(SaveKey(temp_dir, absl::StrCat("seen/", rank())), "1");
   CKPT_ASSIGN_OR_RETURN(const StoreValue outcome, DecodeStoreValue(*result, "result"));
   if (outcome.verdict == Verdict::kCommitted) {
-    return options_.shared_root ? absl::OkStatus() : CommitOwnCopy(step, temp_dir, final_name);
+    if (options_.shared_root) return absl::OkStatus();
+    absl::Status own = CommitOwnCopy(step, temp_dir, final_name);
+    times_.commit_latency_s = absl::ToDoubleSeconds(absl::Now() - reported);
+    return own;
   }
   if (outcome.verdict != Verdict::kCommitFailed) {
     return absl::InternalError(absl::StrCat("unexpected result in the coordination store: ", *result));

@@ -374,14 +374,23 @@ class Publisher {
   std::map<std::string, std::string> resume_;  // the calling thread's
 };
 
-// "rank-<5 digits>.": a file of one rank's part (format/names.h).
-bool IsRankFile(absl::string_view name) {
-  if (!absl::ConsumePrefix(&name, "rank-") || name.size() < 6 || name[5] != '.') return false;
-  return std::all_of(name.begin(), name.begin() + 5, [](char c) { return c >= '0' && c <= '9'; });
+// The rank whose part a file "rank-<5 digits>.…" is (format/names.h), or
+// nullopt for a file of no rank's part.
+std::optional<int> RankOfFile(absl::string_view name) {
+  int rank = 0;
+  if (!absl::ConsumePrefix(&name, "rank-") || name.size() < 6 || name[5] != '.' ||
+      !std::all_of(name.begin(), name.begin() + 5, [](char c) { return c >= '0' && c <= '9'; }) ||
+      !absl::SimpleAtoi(name.substr(0, 5), &rank)) {
+    return std::nullopt;
+  }
+  return rank;
 }
 
 // Every file of the step directory `names` is listed, with its size, in
-// `listed` (once): else kFailedPrecondition naming what is missing.
+// `listed` (once), and nothing else is (with `copy_of`, the step directory
+// is that rank's copy: the rest of `listed` must be every other rank's
+// files, its manifest included): else kFailedPrecondition naming what is
+// missing or extra.
 absl::Status CheckCoversStep(FileSystem& fs, const CheckpointSummary& hot, const std::vector<std::string>& names,
                              const std::vector<CommitMarker::File>& listed, const std::string& where,
                              std::optional<int> copy_of) {
@@ -420,9 +429,8 @@ absl::Status CheckCoversStep(FileSystem& fs, const CheckpointSummary& hot, const
     }
   }
   for (const auto& [name, bytes] : sizes) {
-    int rank = -1;
-    if (!IsRankFile(name) || !absl::SimpleAtoi(absl::string_view(name).substr(5, 5), &rank) ||
-        rank >= hot.world_size || rank == *copy_of) {
+    const std::optional<int> rank = RankOfFile(name);
+    if (!rank.has_value() || *rank >= hot.world_size || *rank == *copy_of) {
       return absl::FailedPreconditionError(absl::StrCat(name, " was published for ", where,
                                                         " but is no file of its other ranks (",
                                                         hot.world_size, " ranks; ", hot.dir,
@@ -455,7 +463,7 @@ class Selection {
   bool Owns(absl::string_view name) const {
     if (part_.has_value()) return absl::StartsWith(name, internal::RankFilePrefix(*part_));
     if (published_ == nullptr) return true;
-    return published_names_.count(std::string(name)) == 0 && !IsRankFile(name);
+    return published_names_.count(std::string(name)) == 0 && !RankOfFile(name).has_value();
   }
   bool marker() const { return !part_.has_value(); }
   // Files the ranks published (for the marker), or null.

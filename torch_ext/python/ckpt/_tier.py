@@ -32,9 +32,6 @@ import concurrent.futures
 import json
 import os
 import queue
-import re
-import secrets
-import shutil
 import socket
 import threading
 import time
@@ -213,22 +210,19 @@ class _Tier:
         self._thread = threading.Thread(target=self._run, name="ckpt-tier", daemon=True)
         self._thread.start()
 
-    def _next_round(self, step):
+    def _begin(self, step, status):
+        """Records `step`'s status; returns which save of the step this is."""
         with self._lock:
-            n = self._rounds[step]
+            self._status[step] = status
             self._rounds[step] += 1
-            return n
+            return self._rounds[step] - 1
 
     def submit(self, step, future):
-        round_ = self._next_round(step)
-        with self._lock:
-            self._status[step] = {"state": "pending"}
+        round_ = self._begin(step, {"state": "pending"})
         self._queue.put((step, future, round_))
 
     def skip(self, step, future, why):
-        round_ = self._next_round(step)
-        with self._lock:
-            self._status[step] = {"state": "not uploaded", "reason": why}
+        round_ = self._begin(step, {"state": "not uploaded", "reason": why})
         if self.group is not None:
             try:  # so that no rank waits for this one's part
                 _GroupPublish(self, step, round_).report_failed_save(why)
@@ -301,7 +295,7 @@ class _Tier:
             if error is None and self.own_copy:
                 try:
                     _prune_local_copies(self.root, step)
-                except OSError:  # the next durable step tries again
+                except Exception:  # noqa: BLE001 -- the next durable step tries again
                     pass
             if error is None:
                 future.set_result(result)
@@ -310,36 +304,35 @@ class _Tier:
             self._queue.task_done()
 
 
-_STEP_DIR = re.compile(r"step-(\d{20})")
-
-
 def _base_of(root, step):
-    """The step `step`'s copy in `root` is a delta of, or None."""
+    """The step `step`'s copy in `root` is a delta of; -1 for a full one; -2
+    when its manifest does not read back. (A rank's copy holds only its own
+    part, which torch.ops.ckpt.checkpoint_bases cannot summarize.)"""
     try:
         with open(os.path.join(root, f"step-{step:020d}", "MANIFEST.json"), encoding="utf-8") as f:
             manifest = json.load(f)
     except (OSError, ValueError):
-        return None
-    base = manifest.get("base") if manifest.get("kind") == "delta" else None
-    return base.get("step") if isinstance(base, dict) and isinstance(base.get("step"), int) else None
+        return -2
+    if manifest.get("kind") != "delta":
+        return -1
+    base = manifest.get("base")
+    return base["step"] if isinstance(base, dict) and isinstance(base.get("step"), int) else -2
 
 
 def _prune_local_copies(root, durable):
-    """Removes this rank's copies of the steps older than `durable` (now in
-    the bucket) that its delta chain does not need: the engine takes its
-    next delta against that chain (or a newer step), and a copy is never
-    the whole checkpoint. Each goes to a trash name first, so a removal cut
-    short is reclaimed when the engine next opens, never read as a step."""
+    """Removes this rank's copies in `root` of the steps older than `durable`
+    (now in the bucket) that its delta chain does not need: the engine takes
+    its next delta against that chain (or a newer step), and a copy is never
+    the whole checkpoint. Nothing is removed while a base in the chain is
+    unknown."""
     keep, step = {durable}, durable
-    while (step := _base_of(root, step)) is not None and step not in keep:
+    while (step := _base_of(root, step)) >= 0 and step not in keep:
         keep.add(step)
-    for name in os.listdir(root):
-        m = _STEP_DIR.fullmatch(name)
-        if m is None or int(m.group(1)) >= durable or int(m.group(1)) in keep:
-            continue
-        trash = os.path.join(root, f".trash-{name}-{secrets.token_hex(8)}")
-        os.rename(os.path.join(root, name), trash)
-        shutil.rmtree(trash, ignore_errors=True)
+    if step == -2:
+        return
+    for s in torch.ops.ckpt.list_steps(root):
+        if s < durable and s not in keep:
+            torch.ops.ckpt.remove_checkpoint(root, s)  # through a trash name, as ckpt-retain does
 
 
 def new_future():
