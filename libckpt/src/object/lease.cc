@@ -12,11 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "ckpt/object_tier.h"
 #include "format/names.h"
 #include "util/log.h"
+#include "util/mutex.h"
 #include "util/status_macros.h"
 
 namespace ckpt {
@@ -89,17 +89,17 @@ class ObjectLease::Renewer {
   }
   ~Renewer() {
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       stop_ = true;
     }
     if (thread_.joinable()) thread_.join();
   }
   std::string body() const {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     return body_;
   }
   int renewals() const {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     return renewals_;
   }
 
@@ -107,9 +107,10 @@ class ObjectLease::Renewer {
   void Run() {
     while (true) {
       {
-        absl::MutexLock lock(&mu_);
-        auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_; };
-        if (mu_.AwaitWithTimeout(absl::Condition(&stopping), duration_ / 3)) return;
+        internal::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_; }, duration_ / 3)) {
+          return;
+        }
       }
       // Still ours? (Read first: a lease taken over after it expired -- this
       // process stalled past it -- is not rewritten.)
@@ -128,7 +129,7 @@ class ObjectLease::Renewer {
                                              put.status().message(), " (trying again later)"));
         continue;
       }
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       body_ = next;
       ++renewals_;
     }
@@ -137,7 +138,7 @@ class ObjectLease::Renewer {
   ObjectStore* const store_;
   const std::string key_;
   const std::string owner_, nonce_;  // what the body says besides its expiry
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   std::string body_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int renewals_ ABSL_GUARDED_BY(mu_) = 0;

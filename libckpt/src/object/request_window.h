@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "util/mutex.h"
 
 namespace ckpt::internal {
 
@@ -28,21 +28,21 @@ class RequestWindow {
     uint64_t epoch = 0;  // the halvings before it was sent
   };
   Slot Acquire() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &RequestWindow::HasRoom));
+    MutexLock lock(&mu_);
+    mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return HasRoom(); });
     ++in_flight_;
     return Slot{halvings_};
   }
   // Acquire without waiting: false if the window is full.
   bool TryAcquire(Slot* slot) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!HasRoom()) return false;
     ++in_flight_;
     *slot = Slot{halvings_};
     return true;
   }
   void Release(Slot slot, bool throttled) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     const double flight = in_flight_;  // this request included
     --in_flight_;
     if (throttled) {
@@ -59,11 +59,11 @@ class RequestWindow {
   }
 
   double window() const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return window_;
   }
   uint64_t halvings() const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return halvings_;
   }
 
@@ -71,7 +71,7 @@ class RequestWindow {
   bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ < static_cast<int>(window_); }
 
   const double max_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   double window_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t halvings_ ABSL_GUARDED_BY(mu_) = 0;

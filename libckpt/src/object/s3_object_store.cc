@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "object/crc32c.h"
@@ -20,6 +19,7 @@
 #include "object/s3_xml.h"
 #include "object/sigv4.h"
 #include "util/log.h"
+#include "util/mutex.h"
 #include "util/status_macros.h"
 
 namespace ckpt::internal {
@@ -62,13 +62,13 @@ class S3ObjectStore final : public ObjectStore {
 
   // The region requests are signed for and the host they go to.
   std::pair<std::string, std::string> RegionAndHost() {
-    absl::MutexLock lock(&where_mu_);
+    internal::MutexLock lock(&where_mu_);
     return {region_, host_};
   }
 
   // After AWS said the bucket is in `region`: its regional endpoint.
   void MoveToRegion(const std::string& region) {
-    absl::MutexLock lock(&where_mu_);
+    internal::MutexLock lock(&where_mu_);
     if (region_ == region) return;
     Log(LogLevel::kInfo, absl::StrCat("s3://", bucket_, " is in ", region, ", not ", region_,
                                       ": using https://s3.", region, ".amazonaws.com (set AWS_REGION to skip this)"));
@@ -442,7 +442,7 @@ class S3ObjectStore final : public ObjectStore {
                                           options_.initial_backoff_ms << std::min(attempt, 20));
     int64_t wait_ms = 0;
     {
-      absl::MutexLock lock(&rng_mu_);
+      internal::MutexLock lock(&rng_mu_);
       wait_ms = absl::Uniform<int64_t>(rng_, 0, std::max<int64_t>(cap, 1));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
@@ -454,7 +454,7 @@ class S3ObjectStore final : public ObjectStore {
   // while they last.
   absl::StatusOr<ObjectCredentials> Credentials() {
     if (!config_.fetch_credentials) return config_.credentials;
-    absl::MutexLock lock(&credentials_mu_);
+    internal::MutexLock lock(&credentials_mu_);
     const absl::Time now = absl::Now();
     if (fetched_.has_value() && (!fetched_->expires.has_value() || *fetched_->expires - now > kRefreshAhead)) {
       return fetched_->credentials;
@@ -482,16 +482,16 @@ class S3ObjectStore final : public ObjectStore {
 
   const std::string bucket_;
   const ResolvedConfig config_;
-  absl::Mutex credentials_mu_;
+  internal::Mutex credentials_mu_;
   std::optional<FetchedCredentials> fetched_;  // GUARDED_BY(credentials_mu_)
   const ObjectStoreOptions options_;
   std::shared_ptr<HttpTransport> transport_;
   std::string scheme_;
   // Requests in flight, fewer while the store throttles (request_window.h).
   RequestWindow window_{kMaxRequestsInFlight};
-  absl::Mutex where_mu_;
+  internal::Mutex where_mu_;
   std::string region_, host_;  // GUARDED_BY(where_mu_)
-  absl::Mutex rng_mu_;
+  internal::Mutex rng_mu_;
   absl::BitGen rng_;  // GUARDED_BY(rng_mu_)
   std::atomic<int64_t> skew_seconds_{0};  // server clock minus ours
 };
