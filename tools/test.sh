@@ -134,7 +134,7 @@ if ((full)) && [[ ${CKPT_SKIP_TSAN:-0} != 1 ]]; then
              "distributed_node_local_test *" "distributed_resume_test *" "async_engine_test *" "engine_test *" "delta_test *"
              "device_staging_test *" "stall_timeout_test *" "encoder_buffers_test *"
              "staging_copy_test *" "worker_pool_test *" "planes_compression_test *"
-             "delta_policy_test *" "resume_agreement_test *")
+             "delta_policy_test *" "resume_agreement_test *" "engine_tier_test *")
   sanitizer_tree "${CKPT_TSAN_BUILD_DIR:-build-tsan}" -DCKPT_TSAN=ON "${tsan_runs[@]%% *}"
   run_gtests tsan "${CKPT_TSAN_BUILD_DIR:-build-tsan}" \
     "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1" "${tsan_runs[@]}" || failures+=("tsan")

@@ -35,7 +35,7 @@ namespace ckpt::torch_ext {
 // prefix keeps them apart from the training's own keys).
 //
 // Thread-safe as far as the c10d store is (TCPStore, FileStore and HashStore
-// are); the engine makes one call at a time.
+// are), as the engine's threads need.
 class C10dStore : public CoordinationStore {
  public:
   explicit C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}

@@ -36,8 +36,9 @@ namespace ckpt {
 
 // The few key-value operations a multi-rank commit needs: what
 // torch.distributed's c10d::Store offers. Keys and values are byte strings.
-// An implementation is used from the engine's background threads, one call
-// at a time per engine, while the training loop may use its own store.
+// An implementation is used from the engine's background threads -- the
+// persister, and with a tier (ckpt/tier.h) the uploader, which may call at
+// the same time -- while the training loop may use its own store.
 class CoordinationStore {
  public:
   virtual ~CoordinationStore() = default;

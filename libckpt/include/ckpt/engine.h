@@ -30,6 +30,7 @@
 #include "ckpt/kinds.h"
 #include "ckpt/options.h"
 #include "ckpt/tensor.h"
+#include "ckpt/tier.h"
 
 namespace ckpt {
 
@@ -160,10 +161,16 @@ class Engine {
     kCancel,  // abandon saves in flight: their temp directories are removed
   };
   // Stops the engine. Returns the first background error no handle
-  // reported. Later calls do nothing and return OK.
+  // reported. Later calls do nothing and return OK. With a tier
+  // (`EngineOptions::tier`), kWait also waits until every committed save is
+  // uploaded (or failed to be); kCancel drops the uploads not started and
+  // ends the one in progress at its next wait.
   virtual absl::Status Close(CloseMode mode = CloseMode::kWait) = 0;
 
   virtual EngineStats stats() const = 0;
+  // The uploads behind the save (`EngineOptions::tier`); null without a
+  // tier. Valid as long as the engine, after `Close` too.
+  virtual const TierUploader* tier() const = 0;
   virtual const std::string& root() const = 0;
   // The backend chosen at `Open`, e.g. "io_uring+O_DIRECT" or "threads+buffered".
   virtual absl::string_view backend() const = 0;

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "ckpt/distributed.h"
 #include "ckpt/file_system.h"
+#include "ckpt/tier.h"
 
 namespace ckpt {
 
@@ -249,6 +250,12 @@ struct EngineOptions {
   // One checkpoint written by several processes (ckpt/distributed.h). The
   // default (world_size 1) is a single-process engine.
   DistributedOptions distributed;
+
+  // Upload behind the save (ckpt/tier.h): with `tier.url` set, every
+  // checkpoint this engine commits is then published to that bucket prefix
+  // in the background, and `Engine::tier()` says per step whether it is
+  // durable there. `Close(kWait)` waits for the uploads too.
+  TierOptions tier;
 };
 
 // "wait", "skip".

@@ -42,6 +42,7 @@
 #include "engine/stager.h"
 #include "format/shard_plan.h"
 #include "io/backend.h"
+#include "object/background_tier.h"
 #include "staging/device_copier.h"
 #include "staging/parallel_copier.h"
 #include "staging/staging_pool.h"
@@ -95,6 +96,9 @@ class EngineImpl final : public Engine {
   absl::Status Close(CloseMode mode) override ABSL_LOCKS_EXCLUDED(staging_mu_, mu_);
   EngineStats stats() const override ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& root() const override { return root_; }
+  const TierUploader* tier() const override { return tier_.get(); }
+  // Before `Start`: the uploads behind the save (`EngineOptions::tier`).
+  void AttachTier(std::unique_ptr<BackgroundTier> tier) { tier_ = std::move(tier); }
   absl::string_view backend() const override { return backend_.description; }
 
  private:
@@ -191,6 +195,8 @@ class EngineImpl final : public Engine {
   StagingPool pool_;
   MetricsSink metrics_;  // persister thread only
   std::unique_ptr<Persister> persister_;
+  // Told each save's outcome by `OnSaveDone` and `Skip`; null without a tier.
+  std::unique_ptr<BackgroundTier> tier_;
   std::unique_ptr<LazyStager> lazy_;
   // Copies eager saves' host tensors; null when lazy. Set by `Start`.
   std::unique_ptr<ParallelCopier> host_copier_ ABSL_PT_GUARDED_BY(staging_mu_);

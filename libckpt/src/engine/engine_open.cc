@@ -146,6 +146,8 @@ absl::Status EngineImpl::Close(CloseMode mode) {
   }
   LogSkipped(skipped);  // the persister has stopped: this thread has the metrics sink
   if (watchdog_.joinable()) watchdog_.join();
+  // Every save's outcome is in: upload what committed (or drop it).
+  if (tier_ != nullptr) tier_->Close(mode == CloseMode::kCancel);
   writer_lock_.reset();  // nothing of this engine writes any more: another may open ROOT
   return TakeUnreportedError();
 }
@@ -220,6 +222,7 @@ absl::Status ValidateEngineOptions(const EngineOptions& options) {
           "when_busy=skip cannot be used with world_size > 1: ranks would skip different saves");
     }
   }
+  if (!options.tier.url.empty()) CKPT_RETURN_IF_ERROR(ValidateTierOptions(options.tier));
   return absl::OkStatus();
 }
 
@@ -289,8 +292,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& root,
   if (committer != nullptr) CKPT_RETURN_IF_ERROR(committer->Handshake());
   auto backend = OpenIo(*fs, options.io, root);
   if (!backend.ok()) return Annotate(backend.status(), absl::StrCat("checkpoint root ", root));
-  auto engine = std::make_unique<EngineImpl>(root, options, std::move(fs), std::move(writer_lock),
+  auto engine = std::make_unique<EngineImpl>(root, options, fs, std::move(writer_lock),
                                              std::move(*backend), std::move(committer));
+  if (!options.tier.url.empty()) {
+    auto tier = BackgroundTier::Start(root, options.tier, fs, dist);
+    if (!tier.ok()) return tier.status();
+    engine->AttachTier(std::move(*tier));
+  }
   CKPT_RETURN_IF_ERROR(engine->Start());
   return std::unique_ptr<Engine>(std::move(engine));
 }

@@ -270,6 +270,9 @@ void EngineImpl::Skip(SaveJob& job, const CallerClock& clock) {
   stats_.last = stats;
   if (metrics_.has_jsonl()) skipped_unlogged_.push_back(stats);
   Log(LogLevel::kInfo, absl::StrCat("skipped save of step ", job.step(), ": staging memory busy"));
+  if (tier_ != nullptr) {
+    tier_->Skip(job.step(), absl::UnavailableError("the save was skipped: staging memory busy"));
+  }
 }
 
 void EngineImpl::TrackInFlight(const std::shared_ptr<SaveJob>& job) {

@@ -42,6 +42,13 @@ void EngineImpl::OnSaveDone(SaveJob& job, const absl::Status& outcome, const Sav
   snapshot.staging_bytes = pool_.count() * pool_.chunk_bytes();
   // (A save the watchdog gave up was logged then.)
   if (!outcome.ok() && !job.expired()) Log(LogLevel::kError, outcome.message());
+  if (tier_ != nullptr) {
+    if (outcome.ok()) {
+      tier_->Submit(job.step());
+    } else {
+      tier_->Skip(job.step(), outcome);
+    }
+  }
   AppendMetricsLine(s, outcome);
   LogSkipped(skipped);
   if (metrics_.has_prometheus()) {
