@@ -103,15 +103,16 @@ std::vector<std::string> Names(const std::map<std::string, std::vector<uint8_t>>
 
 class CkptRestoreMultiRankTest : public CkptRestoreTest {
  protected:
-  // Saves steps 1 (full) and 2 (exact delta) of `kWorld` ranks under `root`.
-  static void SaveRanks(const std::string& root) {
+  // Saves steps 1 (full) and 2 (exact delta) of `kWorld` ranks under `root`
+  // (with `shared_root` false, each rank in `root/rank-<5 digits>`).
+  static void SaveRanks(const std::string& root, bool shared_root = true) {
     std::shared_ptr<CoordinationStore> store = NewInProcessStore();
     std::vector<absl::Status> results(kWorld);
     testing::RunOrDie(
         [&] {
           std::vector<std::thread> threads;
           for (int r = 0; r < kWorld; ++r) {
-            threads.emplace_back([&, r] { results[r] = SaveAsRank(root, store, r); });
+            threads.emplace_back([&, r] { results[r] = SaveAsRank(root, store, r, shared_root); });
           }
           for (std::thread& t : threads) t.join();
         },
@@ -120,8 +121,8 @@ class CkptRestoreMultiRankTest : public CkptRestoreTest {
   }
 
   // One rank's engine: opens, saves steps 1 and 2, closes.
-  static absl::Status SaveAsRank(const std::string& root,
-                                 const std::shared_ptr<CoordinationStore>& store, int rank) {
+  static absl::Status SaveAsRank(const std::string& root, const std::shared_ptr<CoordinationStore>& store,
+                                 int rank, bool shared_root) {
     EngineOptions options;
     options.shard_min_bytes = 1;  // one shard per module
     options.delta.mode = DeltaOptions::Mode::kExact;
@@ -134,7 +135,8 @@ class CkptRestoreMultiRankTest : public CkptRestoreTest {
     options.distributed.store = store;
     options.distributed.key_prefix = "ckpt/restore-test";
     options.distributed.commit_timeout = absl::Seconds(30);
-    auto engine = Engine::Open(root, options);
+    options.distributed.shared_root = shared_root;
+    auto engine = Engine::Open(shared_root ? root : absl::StrFormat("%s/rank-%05d", root, rank), options);
     if (!engine.ok()) return engine.status();
     for (int64_t step : {1, 2}) {
       const std::vector<OwnedTensor> state = RankState(rank, step);
@@ -308,6 +310,25 @@ TEST_F(CkptRestoreMultiRankTest, AMissingRankManifestIsDataLossNamingIt) {
   ASSERT_EQ(r.exit_code, 0) << r;
   EXPECT_TRUE(Contains(r.err, "skipped step 2: DATA_LOSS")) << r;
   EXPECT_EQ(Json::parse(r.out)["step"], 1) << r;
+}
+
+// Ranks that share no file system: a rank's directory holds its copy of
+// each step (the manifest and its part only). ckpt-restore says so and
+// where the whole checkpoint is, for every action, instead of listing
+// damaged steps.
+TEST_F(CkptRestoreMultiRankTest, ARanksOwnCopyIsNamedAndPointsToTheBucket) {
+  const std::string node_local = scratch_.Join("node-local");
+  ASSERT_EQ(mkdir(node_local.c_str(), 0755), 0);
+  SaveRanks(node_local, /*shared_root=*/false);
+  const std::string copy = node_local + "/rank-00001";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--list"}, std::vector<std::string>{"--verify"},
+        std::vector<std::string>{"--latest", "--json"}, std::vector<std::string>{"--step", "2", "--rank", "1"}}) {
+    std::vector<std::string> full = {"--root", copy};
+    full.insert(full.end(), args.begin(), args.end());
+    ExpectError(full, 3, "is rank 1's own copy");
+    ExpectError(full, 3, "bucket");
+  }
 }
 
 TEST_F(CkptRestoreMultiRankTest, AnEditedGlobalManifestIsDataLoss) {

@@ -111,10 +111,13 @@ TEST(NodeLocalRanks, EveryRankCommitsItsPartAndTheManifestAndTheirUnionIsTheChec
   for (const auto& [step, per_rank] : saved) {
     for (int r = 0; r < kWorld; ++r) ExpectRankPart(merged, step, r, kWorld, per_rank[r]);
   }
-  // One rank's copy alone is not a checkpoint: a reader names what is
-  // missing; and ROOT itself says where the checkpoint is.
+  // One rank's copy alone is not a checkpoint: a reader says what it is,
+  // where the checkpoint is, and what is missing here; and ROOT itself says
+  // where the checkpoint is.
   auto alone = Reader::Open(Ranks::RankRoot(root, 1), ReaderOptions{});
-  ASSERT_TRUE(absl::IsDataLoss(alone.status())) << alone.status();
+  ASSERT_TRUE(absl::IsFailedPrecondition(alone.status())) << alone.status();
+  EXPECT_TRUE(absl::StrContains(alone.status().message(), "rank 1's own copy")) << alone.status();
+  EXPECT_TRUE(absl::StrContains(alone.status().message(), "whole only in the bucket")) << alone.status();
   EXPECT_TRUE(absl::StrContains(alone.status().message(), "rank 0's part")) << alone.status();
   auto above = Reader::Open(root, ReaderOptions{});
   ASSERT_TRUE(absl::IsNotFound(above.status())) << above.status();

@@ -4,7 +4,10 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "format/names.h"
 #include "io/small_file.h"
 #include "distributed/rank_layout.h"
@@ -138,6 +141,35 @@ absl::StatusOr<CheckpointSummary> SummarizeRankCopy(const std::string& root, int
 }
 
 }  // namespace internal
+
+absl::StatusOr<std::optional<int>> RankCopyOf(const std::string& root, std::shared_ptr<FileSystem> fs) {
+  if (fs == nullptr) {
+    CKPT_ASSIGN_OR_RETURN(fs, FileSystemForRoot(root));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(root, fs));
+  if (steps.empty()) return std::nullopt;
+  const std::string dir = internal::JoinPath(root, internal::CheckpointDirName(steps.back()));
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(dir));
+  // The files of exactly one rank, its manifest among them: a whole
+  // checkpoint that lost a rank's manifest still has that rank's shards.
+  std::optional<int> only;
+  bool has_manifest = false;
+  for (const std::string& name : names) {
+    absl::string_view digits = name;
+    int rank = 0;
+    if (!absl::ConsumePrefix(&digits, "rank-") || digits.size() < 6 || digits[5] != '.' ||
+        !absl::SimpleAtoi(digits.substr(0, 5), &rank)) {
+      continue;
+    }
+    if (only.has_value() && *only != rank) return std::nullopt;
+    only = rank;
+    has_manifest = has_manifest || name == internal::RankManifestName(rank);
+  }
+  if (!only.has_value() || !has_manifest) return std::nullopt;
+  auto loaded = internal::LoadStepManifest(*fs, dir, steps.back(), only);
+  if (!loaded.ok() || !loaded->multi_rank || loaded->global.world_size < 2) return std::nullopt;
+  return only;
+}
 
 absl::StatusOr<std::optional<int64_t>> ReadLatestHint(const std::string& root,
                                                       std::shared_ptr<FileSystem> fs) {

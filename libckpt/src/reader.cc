@@ -379,6 +379,18 @@ std::string RankCopiesHint(FileSystem& fs, const std::string& root) {
   return "";
 }
 
+// `failed` (why no step of `root` could be read), or, where `root` is one
+// rank's own copy of a multi-rank checkpoint (`RankCopyOf`), what it is.
+absl::Status ExplainRankCopy(const std::shared_ptr<FileSystem>& fs, const std::string& root,
+                             const absl::Status& failed) {
+  auto rank = RankCopyOf(root, fs);
+  if (!rank.ok() || !rank->has_value()) return failed;
+  return absl::FailedPreconditionError(absl::StrCat(
+      root, " is rank ", **rank, "'s own copy of checkpoints saved by ranks that share no file system: "
+      "each step there holds the checkpoint's manifest and this rank's part only, and the checkpoint is "
+      "whole only in the bucket the ranks uploaded it to; read it from there (here: ", failed.message(), ")"));
+}
+
 // `Reader::Open`, or with `own_part_only` `internal::OpenOwnPart`.
 absl::StatusOr<std::unique_ptr<Reader>> OpenReader(const std::string& root, const ReaderOptions& options,
                                                    bool own_part_only) {
@@ -398,8 +410,9 @@ absl::StatusOr<std::unique_ptr<Reader>> OpenReader(const std::string& root, cons
     if (!std::binary_search(steps.begin(), steps.end(), step)) {
       return absl::NotFoundError(absl::StrCat("no checkpoint for step ", step, " in ", root));
     }
-    CKPT_ASSIGN_OR_RETURN(StepView view, LoadStepView(*fs, root, step, options.rank, own_part_only));
-    return std::unique_ptr<Reader>(new ReaderImpl(fs, io, std::move(view), std::move(backend)));
+    auto view = LoadStepView(*fs, root, step, options.rank, own_part_only);
+    if (!view.ok()) return own_part_only ? view.status() : ExplainRankCopy(fs, root, view.status());
+    return std::unique_ptr<Reader>(new ReaderImpl(fs, io, std::move(*view), std::move(backend)));
   }
   std::string skipped;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
@@ -409,9 +422,15 @@ absl::StatusOr<std::unique_ptr<Reader>> OpenReader(const std::string& root, cons
     }
     // Only damage is skipped: an I/O error (EIO, EACCES, ...) may be
     // transient, and silently restoring an older step would hide it.
+    absl::Status failed = Annotate(view.status(), absl::StrCat("checkpoint step ", *it, " in ", root));
     if (view.status().code() != absl::StatusCode::kDataLoss &&
         view.status().code() != absl::StatusCode::kUnimplemented) {
-      return Annotate(view.status(), absl::StrCat("checkpoint step ", *it, " in ", root));
+      return own_part_only ? failed : ExplainRankCopy(fs, root, failed);
+    }
+    if (skipped.empty() && !own_part_only) {
+      // A rank's own copy: every step would fail alike; say what it is now.
+      absl::Status explained = ExplainRankCopy(fs, root, failed);
+      if (explained.code() != failed.code()) return explained;
     }
     Log(LogLevel::kWarning, absl::StrCat("skipping step ", *it, ": ", view.status().message()));
     absl::StrAppend(&skipped, skipped.empty() ? "" : "; ", "step ", *it, ": ",

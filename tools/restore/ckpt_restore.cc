@@ -50,7 +50,8 @@ Exit codes:
      damaged tensor, or --latest found no checkpoint that verifies
   2  usage error: unknown, missing, malformed or conflicting flags
   3  not found: ROOT does not exist or is not a directory, holds no committed
-     checkpoint, or has no checkpoint at --step N
+     checkpoint, is one rank's own copy of checkpoints whose ranks share no
+     file system (whole only in the bucket), or has no checkpoint at --step N
   4  other error (e.g. ROOT cannot be listed)
 
 Every diagnostic is one line on stderr starting with "ckpt-restore: ".

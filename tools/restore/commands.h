@@ -32,7 +32,8 @@ enum ExitCode : int {
   // Bad, missing or conflicting flags.
   kExitUsage = 2,
   // ROOT does not exist or is not a directory, holds no committed
-  // checkpoint, or has no checkpoint at --step.
+  // checkpoint, is one rank's own copy (`RankCopyOf`), or has no checkpoint
+  // at --step.
   kExitNotFound = 3,
   // Any other failure (e.g. ROOT cannot be listed: permission denied, EIO).
   kExitError = 4,

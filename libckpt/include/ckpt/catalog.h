@@ -64,6 +64,18 @@ absl::StatusOr<CheckpointSummary> SummarizeCheckpoint(const std::string& root, i
 absl::StatusOr<std::optional<int64_t>> ReadLatestHint(const std::string& root,
                                                       std::shared_ptr<FileSystem> fs = nullptr);
 
+// Ranks that share no ROOT (`DistributedOptions::shared_root = false`) each
+// commit a copy of every step that holds the checkpoint's manifest and their
+// own part only: whole, the checkpoint is only in the bucket the ranks
+// uploaded it to. The rank whose copy `root` is, judged by its newest
+// committed step (a multi-rank checkpoint of which it holds the files of
+// one rank only, that rank's manifest among them, which verifies); nullopt
+// for any other root, an empty one included, and a whole checkpoint that
+// lost a rank's manifest (its shards are still there). Readers and tools use it to say what such a root is rather
+// than call its steps damaged.
+absl::StatusOr<std::optional<int>> RankCopyOf(const std::string& root,
+                                              std::shared_ptr<FileSystem> fs = nullptr);
+
 // The directory name of checkpoint `step`, e.g. "step-00000000000000001200".
 std::string StepDirName(int64_t step);
 
