@@ -493,6 +493,22 @@ TEST(AsyncEngineTest, CancelDuringLazyStagingReportsCancelled) {
   }
 }
 
+// A fixed staging pool that cannot be allocated fails Open with the
+// allocation's error, and the root is free for the next engine (the
+// half-started engine used to crash on its way out: no persister to stop).
+TEST(AsyncEngineTest, AStagingPoolThatCannotBeAllocatedFailsOpenCleanly) {
+  ScratchDir dir;
+  EngineOptions options = SmallChunks();
+  options.staging_bytes = size_t{1} << 50;  // 1 PiB: more than any address space here
+  auto engine = Engine::Open(dir.Join("root"), options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kResourceExhausted) << engine.status();
+  auto next = Engine::Open(dir.Join("root"), SmallChunks());
+  ASSERT_TRUE(next.ok()) << next.status();
+  std::vector<OwnedTensor> state = SomeState(1);
+  ASSERT_TRUE((*next)->Save(1, Views(state)).ok());
+}
+
 TEST(AsyncEngineTest, ReserveStagingGrowsThePoolBeforeTheFirstSave) {
   ScratchDir dir;
   auto engine = Engine::Open(dir.Join("root"), SmallChunks());

@@ -137,7 +137,7 @@ absl::Status EngineImpl::Close(CloseMode mode) {
   if (lazy_ != nullptr) lazy_->Stop();
   for (std::thread& t : TakeReservations()) t.join();
   MutexLock staging_lock(&staging_mu_);  // no save is staging past this point
-  persister_->Stop(mode == CloseMode::kCancel);
+  if (persister_ != nullptr) persister_->Stop(mode == CloseMode::kCancel);  // (null: Start failed first)
   std::vector<SaveStats> skipped;
   {
     MutexLock lock(&mu_);
