@@ -5,6 +5,8 @@
 // failed save is not uploaded and tells the other ranks at once; ranks
 // upload their parts and one marker is written; ranks that share no file
 // system produce one checkpoint in the bucket and prune their older copies.
+#include <stdlib.h>
+
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -253,6 +255,25 @@ TEST_F(EngineTierTest, TierOptionsOutOfRangeFailOpenNamingTheFieldAndTouchNothin
   auto engine = Engine::Open(root_, plain);
   ASSERT_TRUE(engine.ok()) << engine.status();
   EXPECT_EQ((*engine)->tier(), nullptr);
+}
+
+// A bucket that cannot be reached as configured (here an endpoint that is
+// not a URL) fails Open with the store's error, before any save, and leaves
+// ROOT free for the next engine.
+TEST_F(EngineTierTest, ATierThatCannotBeOpenedFailsOpenAndLeavesTheRootFree) {
+  const std::string endpoint = getenv("AWS_ENDPOINT_URL");
+  setenv("AWS_ENDPOINT_URL", "ftp://127.0.0.1:1", 1);
+  auto engine = Engine::Open(root_, Tiered(1));
+  setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument) << engine.status();
+  EXPECT_TRUE(absl::StrContains(engine.status().message(), url_)) << engine.status();
+  EXPECT_TRUE(absl::StrContains(engine.status().message(), "ftp://127.0.0.1:1")) << engine.status();
+  auto again = Engine::Open(root_, Tiered(1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  std::vector<OwnedTensor> state = State(100);
+  ASSERT_TRUE((*again)->Save(1, testing::Views(state)).ok());
+  EXPECT_EQ((*again)->tier()->WaitFor(1, kUploadDeadline).state, TierState::kDurable);
 }
 
 // Ranks on one ROOT: each uploads its own part, rank 0 writes one marker;
