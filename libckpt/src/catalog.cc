@@ -171,6 +171,13 @@ absl::StatusOr<std::optional<int>> RankCopyOf(const std::string& root, std::shar
   return only;
 }
 
+std::string DescribeRankCopy(const std::string& root, int rank) {
+  return absl::StrCat(root, " is rank ", rank,
+                      "'s own copy of checkpoints saved by ranks that share no file system: each step there "
+                      "holds the checkpoint's manifest and this rank's part only, and the checkpoint is whole "
+                      "only in the bucket the ranks uploaded it to");
+}
+
 absl::StatusOr<std::optional<int64_t>> ReadLatestHint(const std::string& root,
                                                       std::shared_ptr<FileSystem> fs) {
   if (fs == nullptr) {

@@ -385,10 +385,8 @@ absl::Status ExplainRankCopy(const std::shared_ptr<FileSystem>& fs, const std::s
                              const absl::Status& failed) {
   auto rank = RankCopyOf(root, fs);
   if (!rank.ok() || !rank->has_value()) return failed;
-  return absl::FailedPreconditionError(absl::StrCat(
-      root, " is rank ", **rank, "'s own copy of checkpoints saved by ranks that share no file system: "
-      "each step there holds the checkpoint's manifest and this rank's part only, and the checkpoint is "
-      "whole only in the bucket the ranks uploaded it to; read it from there (here: ", failed.message(), ")"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(DescribeRankCopy(root, **rank), "; read it from there (here: ", failed.message(), ")"));
 }
 
 // `Reader::Open`, or with `own_part_only` `internal::OpenOwnPart`.

@@ -509,10 +509,7 @@ int RunRestore(const RestoreRequest& request, std::ostream& out, std::ostream& e
   if (auto rank = RankCopyOf(request.root); rank.ok() && rank->has_value()) {
     return output.Fail(
         kExitNotFound,
-        absl::StrFormat("%s is rank %d's own copy of checkpoints saved by ranks that share no file system: "
-                        "each step there holds the checkpoint's manifest and this rank's part only; the "
-                        "checkpoint is whole only in the bucket the ranks uploaded it to: --root s3://BUCKET/PREFIX",
-                        request.root, **rank));
+        absl::StrCat(DescribeRankCopy(request.root, **rank), ": --root s3://BUCKET/PREFIX"));
   }
   if (request.selection == Selection::kStep) {
     if (int code = CheckStepExists(request, steps, output); code != kExitOk) return code;

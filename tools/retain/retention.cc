@@ -500,10 +500,8 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
   // is a whole checkpoint, and the rank's tier prunes them itself.
   if (auto rank = RankCopyOf(root, fs); rank.ok() && rank->has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        root, " is rank ", **rank, "'s own copy of checkpoints saved by ranks that share no file system "
-        "(each step holds the checkpoint's manifest and this rank's part only; whole, the checkpoint is "
-        "only in the bucket): ckpt-retain changes nothing here. The rank's tier removes its copies older "
-        "than the newest step durable in the bucket; apply retention to the bucket instead "
+        DescribeRankCopy(root, **rank), ": ckpt-retain changes nothing here. The rank's tier removes its "
+        "copies older than the newest step durable in the bucket; apply retention to the bucket instead "
         "(--root s3://BUCKET/PREFIX)"));
   }
   // One job at a time per root: everything below, compactions included,

@@ -75,6 +75,10 @@ absl::StatusOr<std::optional<int64_t>> ReadLatestHint(const std::string& root,
 // than call its steps damaged.
 absl::StatusOr<std::optional<int>> RankCopyOf(const std::string& root,
                                               std::shared_ptr<FileSystem> fs = nullptr);
+// What such a root is, for messages: "<root> is rank <rank>'s own copy of
+// checkpoints saved by ranks that share no file system: ... whole only in
+// the bucket the ranks uploaded it to" (callers add what to do instead).
+std::string DescribeRankCopy(const std::string& root, int rank);
 
 // The directory name of checkpoint `step`, e.g. "step-00000000000000001200".
 std::string StepDirName(int64_t step);
