@@ -184,6 +184,31 @@ def test_async_save_stages_into_reused_buffers(root):
         assert dw.load_fingerprint(ckpt.dcp.StorageReader(root, step=step)) == want
 
 
+@pytest.mark.parametrize("ids", ["given", "none"])
+def test_overlapping_async_saves_of_one_writer_keep_their_own_steps(root, ids):
+    # Each dcp.async_save runs DCP's save (reset, plans, write_data, finish)
+    # on a thread of its own, on the one writer: four started before any is
+    # waited for overlap, and each must write its own step with its own state
+    # (before, a shared "current step" made two of them save the same one).
+    writer = ckpt.dcp.StorageWriter(root)
+    t = dw.Trainer(0)
+    wants, futures = {}, []
+    for step in (1, 2, 3, 4):
+        t.train(1)
+        state = dw.AppState(t, dw.extra_items(step))
+        kwargs = {"checkpoint_id": step} if ids == "given" else {}
+        futures.append(dcp.async_save({"app": state}, storage_writer=writer, **kwargs))
+        wants[step if ids == "given" else step - 1] = dw.fingerprint(t, state.extra)
+    for f in futures:
+        getattr(f, "upload_completion", f).result(timeout=120)
+    assert ckpt.list_steps(root) == sorted(wants)
+    got = {step: dw.load_fingerprint(ckpt.dcp.StorageReader(root, step=step)) for step in wants}
+    if ids == "given":
+        assert got == wants
+    else:  # (the threads may plan in any order: each state once, each under a step of its own)
+        assert sorted(map(repr, got.values())) == sorted(map(repr, wants.values()))
+
+
 def test_async_save_process_checkpointer_two_ranks(tmp_path):
     root = str(tmp_path / "ckpts")
     w = workers.run_world("dcp_workers:async_round_trip", 2, str(tmp_path / "work"), timeout=300,

@@ -17,6 +17,7 @@ import base64
 import dataclasses
 import json
 import os
+import threading
 import uuid
 
 import torch
@@ -95,24 +96,36 @@ class StorageWriter(_DcpStorageWriter, _AsyncStager):
         self._commit_timeout_s = _distributed.commit_timeout(commit_timeout_s)
         self._group_arg = process_group
         self._staging = _staging.ReusedStaging(max_sets=2 if reuse_staging else 0)
-        self._step = None  # from checkpoint_id, for the next save only
-        self._reset_save()
+        self._init_shared()
 
-    def _reset_save(self):
-        self._engine = None
-        self._group = None
-        self._is_coordinator = True
-        self._stash = None  # the coordinator's save, started in finish()
-        self._pending = None  # this rank's save whose commit nobody waited for yet
+    def _init_shared(self):
+        # DCP drives one save through reset, set_up_storage_writer, the plans,
+        # write_data and finish, all on one thread; each dcp.async_save runs
+        # on a thread of its own, so saves of one writer may overlap (the
+        # next one starts before the last was waited for). What belongs to one
+        # save is therefore kept per thread; what outlives a save is shared.
+        self._save_state = _SaveState()
+        self._lock = threading.Lock()
+        self._pending = []  # this rank's saves whose commit nobody waited for yet
+        self._highest_planned = None  # the highest step planned here (steps picked for no id)
 
     # The process-based async_save pickles the writer into its own process:
     # only the configuration travels (that process opens its own engine, on
     # its own default group).
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(_engine=None, _group=None, _stash=None, _pending=None, _group_arg=None,
-                     _staging=None)
+        for name in ("_save_state", "_lock", "_pending", "_highest_planned"):
+            state.pop(name)
+        state.update(_group_arg=None, _staging=None)
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._init_shared()
+
+    @property
+    def _step(self):  # (from checkpoint_id, for this thread's save)
+        return self._save_state.step
 
     # -- AsyncStager: what dcp.async_save blocks for ----------------------------
 
@@ -133,8 +146,9 @@ class StorageWriter(_DcpStorageWriter, _AsyncStager):
         return None if self._step is None else os.path.join(self.root, f"step-{self._step:014d}")
 
     def reset(self, checkpoint_id=None):
-        self._step = None if checkpoint_id is None else _steps.parse_checkpoint_id(checkpoint_id,
-                                                                                  self.root)
+        self._save_state.__init__()
+        if checkpoint_id is not None:
+            self._save_state.step = _steps.parse_checkpoint_id(checkpoint_id, self.root)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
@@ -148,44 +162,67 @@ class StorageWriter(_DcpStorageWriter, _AsyncStager):
         return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=str(uuid.uuid4()))
 
     def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
-        self._group = _distributed.resolve_group(self._group_arg)
-        if kwargs.get("use_collectives", True) is False and self._group is not None:
+        save = self._save_state
+        save.group = _distributed.resolve_group(self._group_arg)
+        if kwargs.get("use_collectives", True) is False and save.group is not None:
             raise DcpError("ckpt.dcp: dcp.save(use_collectives=False) writes each rank's part "
                            "alone; a ckpt checkpoint commits once for all ranks, which needs the "
                            "collectives")
-        self._is_coordinator = bool(is_coordinator)
+        save.is_coordinator = bool(is_coordinator)
         self._collect_pending()
         os.makedirs(self.root, exist_ok=True)  # (as FileSystemWriter: parents too)
-        self._engine = _engines.engine_for(self.root, self._options_json, self._group,
-                                           self._commit_timeout_s)
+        save.engine = _engines.engine_for(self.root, self._options_json, save.group,
+                                          self._commit_timeout_s)
 
     def _collect_pending(self):
-        """Waits for this rank's previous save (committed by now, unless it
+        """Waits for this rank's earlier saves (committed by now, unless one
         failed: its error is raised here, once)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            with translate():
-                pending.wait()
+        with self._lock:
+            pending, self._pending = self._pending, []
+        errors = []
+        for handle in pending:
+            try:
+                with translate():
+                    handle.wait()
+            except Exception as e:  # noqa: BLE001 -- each is waited for; the first is raised
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     def prepare_local_plan(self, plan):
         return plan
 
     def prepare_global_plan(self, plans):
-        world = 1 if self._group is None else self._group.size()
+        group = self._save_state.group
+        world = 1 if group is None else group.size()
         if len(plans) != world:
             raise DcpError(f"ckpt.dcp: dcp.save runs on {len(plans)} ranks but the writer's group "
                            f"has {world}; pass the group dcp.save uses as process_group=")
-        step = self._step if self._step is not None else _steps.next_step(self.root)
+        step = self._plan_step(self._step)
         places = _layout.assign(plans, multi_rank=world > 1)
         return [dataclasses.replace(plan, storage_data=_layout.PlanData(step, own))
                 for plan, own in zip(plans, places)]
+
+    def _plan_step(self, step):
+        """`step`, or for a save given no checkpoint_id the step after both
+        the newest in root and any this writer planned (a save still running
+        has not committed its step yet)."""
+        with self._lock:
+            if step is None:
+                step = _steps.next_step(self.root)
+                if self._highest_planned is not None:
+                    step = max(step, self._highest_planned + 1)
+            if self._highest_planned is None or step > self._highest_planned:
+                self._highest_planned = step
+            return step
 
     def write_data(self, plan, planner):
         data = plan.storage_data
         if not isinstance(data, _layout.PlanData):
             raise DcpError("ckpt.dcp: the save plan carries no ckpt placement; the coordinator's "
                            "writer is not a ckpt.dcp.StorageWriter")
-        save = _Save(data.step, self._group is not None)
+        state = self._save_state
+        save = _Save(data.step, state.group is not None)
         results = []
         for item in plan.items:
             place = data.places[item.index]
@@ -201,25 +238,39 @@ class StorageWriter(_DcpStorageWriter, _AsyncStager):
             results.append(WriteResult(index=item.index,
                                        size_in_bytes=tensor.numel() * tensor.element_size(),
                                        storage_data=place.stored()))
-        if self._is_coordinator:
-            self._stash = save
+        if state.is_coordinator:
+            state.stash = save
         else:
-            self._pending = save.start(self._engine, "{}")
+            handle = save.start(state.engine, "{}")
+            with self._lock:
+                self._pending.append(handle)
         future = torch.futures.Future()
         future.set_result(results)
         return future
 
     def finish(self, metadata, results):
-        save, self._stash = self._stash, None
+        state = self._save_state
+        save, state.stash = state.stash, None
         if save is None:
             raise DcpError("ckpt.dcp: finish() without write_data() on the coordinator")
         metadata.storage_data = {r.index: r.storage_data for rank in results for r in rank}
         blob = base64.b64encode(_metadata.dump_metadata(metadata)).decode("ascii")
         extras = json.dumps({EXTRAS_KEY: {"format": FORMAT, "metadata": blob}})
-        handle = save.start(self._engine, extras)
-        self._step = None
+        handle = save.start(state.engine, extras)
+        state.step = None
         with translate():
             handle.wait()
+
+
+class _SaveState(threading.local):
+    """What one save of a writer holds between DCP's calls (per thread)."""
+
+    def __init__(self):
+        self.step = None  # from checkpoint_id
+        self.engine = None
+        self.group = None
+        self.is_coordinator = True
+        self.stash = None  # the coordinator's part, started in finish()
 
 
 class _Save:
