@@ -10,6 +10,7 @@
 namespace ckpt::internal {
 
 StagingPool::~StagingPool() {
+  MutexLock lock(&mu_);
   if (base_ != nullptr) UnpinHostMemory(base_, memory_.capacity(), pin_);
 }
 
@@ -65,6 +66,11 @@ void StagingPool::PinLocked(IoQueue* queue) {
     }
   }
   prepared_ = true;
+}
+
+PinKind StagingPool::pin_kind() const {
+  MutexLock lock(&mu_);
+  return pin_;
 }
 
 bool StagingPool::pinned() const {

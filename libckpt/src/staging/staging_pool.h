@@ -69,14 +69,15 @@ class StagingPool {
   size_t free_count() const;
   char* chunk(size_t i) const { return base_ + i * chunk_bytes_; }
   int buf_index(size_t i) const { return registered_ ? static_cast<int>(i) : -1; }
-  PinKind pin_kind() const { return pin_; }
+  // (Locks: `Pin` may change it on another thread while stats are read.)
+  PinKind pin_kind() const;
 
  private:
   const size_t chunk_bytes_;
   AlignedBytes memory_;
   char* base_ = nullptr;
   bool registered_ = false;
-  PinKind pin_ = PinKind::kNone;
+  PinKind pin_ ABSL_GUARDED_BY(mu_) = PinKind::kNone;
   bool prepared_ = true;  // false from a `kUnpinned` resize until `Pin`
   mutable Mutex mu_;
   size_t count_ ABSL_GUARDED_BY(mu_) = 0;
