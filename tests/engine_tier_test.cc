@@ -4,7 +4,8 @@
 // is what was saved, bit for bit; an upload failure never fails a save; a
 // failed save is not uploaded and tells the other ranks at once; ranks
 // upload their parts and one marker is written; ranks that share no file
-// system produce one checkpoint in the bucket and prune their older copies.
+// system produce one checkpoint in the bucket and prune their older copies;
+// uploads wait while a retention job holds the bucket's lease.
 #include <stdlib.h>
 
 #include <filesystem>
@@ -199,6 +200,68 @@ TEST_F(EngineTierTest, AnUploadThatFailsNeverFailsTheSaveAndIsReported) {
   testing::ExpectCheckpointEquals(root_, 2, state);
 }
 
+// A retention job (ckpt-retain tiering into the same prefix) holds the
+// bucket's lease: the uploads behind the saves wait for it instead of
+// failing after their few tries, and go up once it is released.
+TEST_F(EngineTierTest, UploadsWaitWhileARetentionJobHoldsTheLeaseThenGoUp) {
+  auto retention = ObjectLease::Acquire(store_, "runs/a", "ckpt-retain pid 1 on cron", absl::Minutes(5));
+  ASSERT_TRUE(retention.ok()) << retention.status();
+  auto engine = Engine::Open(root_, Tiered(2));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<OwnedTensor> state = State(70);
+  for (int step = 1; step <= 2; ++step) {
+    Perturb(state, step);
+    ASSERT_TRUE((*engine)->Save(step, testing::Views(state)).ok());
+  }
+  // Longer than the three tries' pauses (0.5 s + 1 s): still waiting.
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_EQ((*engine)->tier()->Status(1).state, TierState::kUploading);
+  EXPECT_EQ((*engine)->tier()->Status(2).state, TierState::kPending);
+  EXPECT_TRUE(Marked().empty());
+  retention->reset();  // the job ends
+  for (int step = 1; step <= 2; ++step) {
+    const TierStepStatus s = (*engine)->tier()->WaitFor(step, kUploadDeadline);
+    ASSERT_EQ(s.state, TierState::kDurable) << step << ": " << TierStateName(s.state) << " " << s.error;
+    EXPECT_EQ(s.attempts, 1);  // the wait was no try
+  }
+  ASSERT_TRUE((*engine)->Close().ok());
+  EXPECT_EQ(Marked(), (std::vector<int64_t>{1, 2}));
+  testing::ExpectCheckpointEquals(url_, 2, state);
+}
+
+// Past `lease_wait` the upload fails naming the holder and the wait, once
+// (not three times over); the save stands, and Close(kCancel) ends a wait
+// at once.
+TEST_F(EngineTierTest, ALeaseHeldPastTheWaitFailsTheUploadNamingItsHolder) {
+  auto retention = ObjectLease::Acquire(store_, "runs/a", "ckpt-retain pid 1 on cron", absl::Minutes(5));
+  ASSERT_TRUE(retention.ok()) << retention.status();
+  EngineOptions options = Tiered(1);
+  options.tier.lease_wait = absl::Seconds(2);
+  auto engine = Engine::Open(root_, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<OwnedTensor> state = State(80);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE((*engine)->Save(1, testing::Views(state)).ok());
+  const TierStepStatus s = (*engine)->tier()->WaitFor(1, kUploadDeadline);
+  ASSERT_EQ(s.state, TierState::kFailed) << TierStateName(s.state);
+  EXPECT_TRUE(IsLeaseHeld(s.error)) << s.error;
+  EXPECT_TRUE(absl::StrContains(s.error.message(), "ckpt-retain pid 1 on cron")) << s.error;
+  EXPECT_TRUE(absl::StrContains(s.error.message(), "(waited ")) << s.error;
+  EXPECT_EQ(s.attempts, 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  // A second save waits in turn; cancelling ends its wait at once.
+  ASSERT_TRUE((*engine)->Save(2, testing::Views(state)).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*engine)->tier()->Status(2).state != TierState::kUploading && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const absl::Time cancel = absl::Now();
+  ASSERT_TRUE((*engine)->Close(Engine::CloseMode::kCancel).ok());
+  EXPECT_LT(absl::Now() - cancel, absl::Seconds(1));
+  EXPECT_TRUE(Marked().empty());
+  EXPECT_EQ(*ListSteps(root_), (std::vector<int64_t>{1, 2}));
+}
+
 // A save that fails (EIO) is reported "not uploaded" with its error; the
 // next one is uploaded, and the bucket holds only the committed steps.
 TEST_F(EngineTierTest, AFailedSaveIsNotUploadedAndTheNextOneIs) {
@@ -239,6 +302,7 @@ TEST_F(EngineTierTest, TierOptionsOutOfRangeFailOpenNamingTheFieldAndTouchNothin
       {[](TierOptions& t) { t.part_bytes = 1 << 20; }, "tier.part_bytes"},
       {[](TierOptions& t) { t.max_stream_bytes_per_second = -1; }, "tier.max_stream_bytes_per_second"},
       {[](TierOptions& t) { t.attempts = 0; }, "tier.attempts"},
+      {[](TierOptions& t) { t.lease_wait = absl::Seconds(-1); }, "tier.lease_wait"},
       {[](TierOptions& t) { t.storage_class = "GLACIER"; }, "tier.storage_class"},
   };
   for (const Case& c : cases) {

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -134,6 +135,52 @@ def test_close_uploads_what_was_committed(root, bucket_url):
     assert ckpt.list_steps(bucket_url) == [7]
 
 
+def _until(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_uploads_wait_while_a_retention_job_holds_the_lease(root, bucket_url):
+    # ckpt-retain tiering into the same prefix holds its lease: the upload
+    # behind the save waits for it (not three quick tries and a failure),
+    # then goes up once the job ends.
+    retention = torch.classes.ckpt.TierLease(bucket_url, "ckpt-retain pid 1 on cron", 300.0)
+    with ckpt.Checkpointer(root, tier=bucket_url) as cp:
+        r = cp.save_async(1, {"w": torch.ones(10)})
+        r.result(timeout=60)
+        _until(lambda: cp.tier_status(1)["state"] == "uploading")
+        time.sleep(3)  # longer than the tries' pauses (0.5 s + 1 s)
+        assert cp.tier_status(1)["state"] == "uploading"
+        assert ckpt.list_steps(bucket_url) == []
+        retention.release()
+        done = r.tier_completion.result(timeout=120)
+        assert done["durable_in_bucket"], done
+    assert ckpt.list_steps(bucket_url) == [1]
+
+
+def test_a_lease_held_past_tier_lease_wait_fails_the_upload_naming_its_holder(root, bucket_url):
+    retention = torch.classes.ckpt.TierLease(bucket_url, "ckpt-retain pid 1 on cron", 300.0)
+    try:
+        cp = ckpt.Checkpointer(root, tier=bucket_url, tier_lease_wait=2)
+        r = cp.save_async(1, {"w": torch.ones(10)})
+        with pytest.raises(ckpt.CheckpointError, match=r"held by ckpt-retain pid 1 on cron.*\(waited \d+ s"):
+            r.tier_completion.result(timeout=120)
+        assert cp.tier_status(1)["state"] == "failed"
+        # A wait in progress ends at once on close(cancel=True); the save stands.
+        r = cp.save_async(2, {"w": torch.ones(10)})
+        r.result(timeout=60)
+        _until(lambda: cp.tier_status(2)["state"] == "uploading")
+        start = time.monotonic()
+        cp.close(cancel=True)
+        assert time.monotonic() - start < 5
+        assert cp._tier.status(2)["state"] == "cancelled"
+    finally:
+        retention.release()
+    assert ckpt.list_steps(bucket_url) == [] and ckpt.list_steps(root) == [1, 2]
+
+
 def test_tier_arguments_are_checked(root):
     with pytest.raises(ValueError, match="s3://"):
         ckpt.Checkpointer(root, tier="/not/a/bucket")
@@ -143,6 +190,9 @@ def test_tier_arguments_are_checked(root):
         ckpt.Checkpointer(root, tier="s3://b/p", tier_storage_class="GLACIER")
     with pytest.raises(ValueError, match="not a storage class name"):
         ckpt.Checkpointer(root, tier="s3://b/p", tier_storage_class="standard_ia")
+    for wait in (-1, float("nan"), float("inf"), "10", True):
+        with pytest.raises(ValueError, match="tier_lease_wait"):
+            ckpt.Checkpointer(root, tier="s3://b/p", tier_lease_wait=wait)
 
 
 def test_upload_behind_the_save_stores_objects_in_the_storage_class_asked_for(root, bucket_url):

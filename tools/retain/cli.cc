@@ -43,7 +43,8 @@ Exit codes:
      cold dir equal to, inside or around ROOT, ROOT not a checkpoint root
   3  ROOT or the cold dir is missing
   4  another ckpt-retain is running on ROOT (or holds the s3:// cold tier's
-     lease), its lock file cannot be used, or another error
+     lease, as does a training job's upload behind the save while it
+     uploads a step), its lock file cannot be used, or another error
 
 Every diagnostic is one line on stderr starting with "ckpt-retain: ".
 

@@ -14,6 +14,7 @@
 #define CKPT_OBJECT_TIER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -195,11 +196,21 @@ absl::StatusOr<ObjectReclaimStats> ReclaimObjectOrphans(
 // apart by other means), which makes it a warning.
 class ObjectLease {
  public:
-  // kUnavailable naming the holder and its expiry while another job holds it.
+  // kUnavailable naming the holder and its expiry while another job holds it
+  // (`IsLeaseHeld` tells that error from a request that failed).
   static absl::StatusOr<std::unique_ptr<ObjectLease>> Acquire(std::shared_ptr<ObjectStore> store,
                                                               absl::string_view prefix,
                                                               absl::string_view owner,
                                                               absl::Duration duration);
+  // `Acquire`, waiting while another job holds the lease: tried again after
+  // 1 s, then at growing intervals up to 10 s, for `wait` at most (what an
+  // upload behind the save does while a `ckpt-retain` run tiers into the
+  // same prefix). `cancelled` (may be empty), polled every 100 ms, ends the
+  // wait with kCancelled. After `wait`, the held error, saying how long it
+  // waited (still `IsLeaseHeld`). Other errors are returned at once.
+  static absl::StatusOr<std::unique_ptr<ObjectLease>> AcquireWaiting(
+      std::shared_ptr<ObjectStore> store, absl::string_view prefix, absl::string_view owner,
+      absl::Duration duration, absl::Duration wait, const std::function<bool()>& cancelled = {});
   ~ObjectLease();
   const std::string& key() const { return key_; }
   // How many times it was renewed so far.
@@ -213,6 +224,9 @@ class ObjectLease {
   std::string key_;
   std::unique_ptr<Renewer> renewer_;  // owns the current body
 };
+
+// Whether `status` is `ObjectLease::Acquire`'s "another job holds the lease".
+bool IsLeaseHeld(const absl::Status& status);
 
 }  // namespace ckpt
 

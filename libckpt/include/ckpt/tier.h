@@ -49,9 +49,12 @@ struct TierOptions {
   // `PublishOptions::storage_class` (empty: the bucket's default).
   std::string storage_class;
   // Tries per step (an upload that fails for a transient reason -- the
-  // network, the store, a lease another job holds -- is tried again after
-  // 0.5 s, 1 s, ...).
+  // network, the store -- is tried again after 0.5 s, 1 s, ...).
   int attempts = 3;
+  // How long an upload waits while another job holds the bucket prefix's
+  // lease (a `ckpt-retain` run tiering into the same prefix) before it fails
+  // naming the holder; the wait counts as no try. Zero: fail at once.
+  absl::Duration lease_wait = absl::Minutes(30);
   // How long the ranks of a multi-rank upload wait for one another (a rank's
   // whole part, rank 0's marker); also the duration of the lease rank 0
   // takes (renewed while held).

@@ -61,6 +61,9 @@ absl::Status ValidateTierOptions(const TierOptions& options) {
     return absl::InvalidArgumentError("tier.max_stream_bytes_per_second is negative (0: unlimited)");
   }
   if (options.attempts < 1) return absl::InvalidArgumentError("tier.attempts must be at least 1");
+  if (options.lease_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("tier.lease_wait must not be negative");
+  }
   if (options.group_patience <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("tier.group_patience must be positive");
   }
@@ -91,6 +94,7 @@ absl::StatusOr<std::unique_ptr<BackgroundTier>> BackgroundTier::Start(const std:
   target.lease_owner = absl::StrCat("ckpt engine ", HostName(), " pid ", getpid(), " for ", root);
   target.attempts = options.attempts;
   target.patience = options.group_patience;
+  target.lease_wait = options.lease_wait;
   std::optional<TierGroup> group;
   if (dist.world_size > 1) {
     group = TierGroup{dist.rank, dist.world_size, dist.store, dist.key_prefix, !dist.shared_root};

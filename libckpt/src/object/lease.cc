@@ -1,4 +1,5 @@
 // ObjectLease and ReclaimObjectOrphans (ckpt/object_tier.h).
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -8,6 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/random/random.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -24,6 +26,15 @@ namespace {
 
 using internal::Log;
 using internal::LogLevel;
+
+// The payload that marks `Acquire`'s "held by another job" error.
+constexpr absl::string_view kLeaseHeldPayload = "type.ckpt/ObjectLease.held";
+
+absl::Status LeaseHeld(std::string message) {
+  absl::Status status = absl::UnavailableError(std::move(message));
+  status.SetPayload(kLeaseHeldPayload, absl::Cord("1"));
+  return status;
+}
 
 std::string LeaseKey(absl::string_view prefix) {
   return prefix.empty() ? std::string(".ckpt-retain.lease") : absl::StrCat(prefix, "/.ckpt-retain.lease");
@@ -184,10 +195,10 @@ absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_pt
     const std::string holder = h.is_object() ? h.value("owner", "?") : "?";
     const int64_t expires = h.is_object() ? h.value("expires_unix_ns", int64_t{0}) : 0;
     if (absl::FromUnixNanos(expires) > absl::Now()) {
-      return absl::UnavailableError(absl::StrCat(
+      return LeaseHeld(absl::StrCat(
           "s3://", store->bucket(), "/", key, " is held by ", holder, " until ",
           absl::FormatTime(absl::FromUnixNanos(expires), absl::UTCTimeZone()),
-          ": another ckpt-retain job is working on this prefix; run again after it finishes"));
+          ": another job is working on this prefix; run again after it finishes"));
     }
     Log(LogLevel::kWarning, absl::StrCat("taking over the expired lease s3://", store->bucket(), "/",
                                          key, " of ", holder));
@@ -195,6 +206,38 @@ absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::Acquire(std::shared_pt
   }
   return absl::UnavailableError(
       absl::StrCat("s3://", store->bucket(), "/", key, ": lease contended; run again"));
+}
+
+absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::AcquireWaiting(
+    std::shared_ptr<ObjectStore> store, absl::string_view prefix, absl::string_view owner,
+    absl::Duration duration, absl::Duration wait, const std::function<bool()>& cancelled) {
+  const absl::Time start = absl::Now();
+  absl::Duration pause = absl::Seconds(1);
+  for (bool logged = false;; logged = true) {
+    auto lease = Acquire(store, prefix, owner, duration);
+    if (lease.ok() || !IsLeaseHeld(lease.status())) return lease;
+    const absl::Duration waited = absl::Now() - start;
+    if (waited >= wait) {
+      if (wait == absl::ZeroDuration()) return lease;
+      return LeaseHeld(absl::StrCat(lease.status().message(), " (waited ",
+                                    absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))),
+                                    " for it)"));
+    }
+    if (!logged) Log(LogLevel::kInfo, absl::StrCat(lease.status().message(), "; waiting for it"));
+    const absl::Time until = absl::Now() + std::min(pause, wait - waited);
+    while (absl::Now() < until) {
+      if (cancelled && cancelled()) {
+        return absl::CancelledError(absl::StrCat("cancelled while waiting for the lease: ",
+                                                 lease.status().message()));
+      }
+      absl::SleepFor(std::min(absl::Milliseconds(100), until - absl::Now()));
+    }
+    pause = std::min(pause * 2, absl::Seconds(10));
+  }
+}
+
+bool IsLeaseHeld(const absl::Status& status) {
+  return absl::IsUnavailable(status) && status.GetPayload(kLeaseHeldPayload).has_value();
 }
 
 ObjectLease::~ObjectLease() {

@@ -27,8 +27,10 @@ constexpr absl::Duration kSeenPatience = absl::Seconds(10);
 // a cancellation ends a wait soon.
 constexpr absl::Duration kStoreSlice = absl::Milliseconds(100);
 
-// Errors that another try cannot mend.
+// Errors that another try cannot mend (a lease still held after
+// `TierTarget::lease_wait` has been waited for already).
 bool Permanent(const absl::Status& s) {
+  if (IsLeaseHeld(s)) return true;
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kAlreadyExists:
@@ -195,7 +197,8 @@ json CommitParts(const TierTarget& target, const TierGroup& group, int64_t step,
 absl::StatusOr<StepUploadResult> UploadStepAlone(const TierTarget& target, int64_t step, int* attempts) {
   StepUploadResult result;
   auto stats = WithRetries(target, attempts, [&]() -> absl::StatusOr<PublishStats> {
-    auto lease = ObjectLease::Acquire(target.store, target.prefix, target.lease_owner, target.patience);
+    auto lease = ObjectLease::AcquireWaiting(target.store, target.prefix, target.lease_owner,
+                                             target.patience, target.lease_wait, target.cancelled);
     if (!lease.ok()) return lease.status();
     return PublishCheckpoint(target.root, step, *target.store, target.prefix, target.publish);
   });
@@ -214,9 +217,9 @@ absl::StatusOr<StepUploadResult> UploadStepAsGroup(const TierTarget& target, con
   std::unique_ptr<ObjectLease> lease;  // rank 0's, from before any part until the marker
   if (group.rank == 0) {
     auto taken = WithRetries(target, attempts, [&] {
-      return ObjectLease::Acquire(target.store, target.prefix,
-                                  absl::StrCat(target.lease_owner, " (", group.world_size, " ranks)"),
-                                  target.patience);
+      return ObjectLease::AcquireWaiting(target.store, target.prefix,
+                                         absl::StrCat(target.lease_owner, " (", group.world_size, " ranks)"),
+                                         target.patience, target.lease_wait, target.cancelled);
     });
     if (!taken.ok()) {
       const absl::Status why(taken.status().code(),

@@ -34,6 +34,7 @@ struct TierTarget {
   std::string lease_owner;
   int attempts = 3;
   absl::Duration patience = absl::Hours(1);
+  absl::Duration lease_wait = absl::Minutes(30);  // while another job holds the lease
   // Polled while waiting: true ends the wait (and the upload) with kCancelled.
   std::function<bool()> cancelled = [] { return false; };
 };

@@ -29,7 +29,7 @@
 namespace ckpt::internal {
 
 // Returns `status` with `context` prepended to its message ("context: msg"),
-// keeping its code. OK stays OK.
+// keeping its code and payloads. OK stays OK.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);
 
 }  // namespace ckpt::internal

@@ -49,17 +49,47 @@ _GROUP_PATIENCE_S = 3600.0
 _SEEN_PATIENCE_S = 10.0
 
 
-def _with_retries(call):
+def _lease_held(error):
+    """Whether `error` is "another job holds the prefix's lease" (ObjectLease::Acquire's
+    kUnavailable, which names the lease object and its holder)."""
+    return getattr(error, "code", None) == "UNAVAILABLE" and ".ckpt-retain.lease is held by" in str(error)
+
+
+def _with_retries(call, tier=None):
     """call() with up to _ATTEMPTS tries (0.5 s, 1 s between them); its
-    result, or raises the last try's error."""
-    for attempt in range(_ATTEMPTS):
+    result, or raises the last try's error. With `tier`: while another job
+    (a ckpt-retain run) holds the prefix's lease, waits for it -- tried again
+    after 1 s, then at growing intervals up to 10 s, for tier.lease_wait s at
+    most, counted as no try -- and a close(cancel=True) ends the wait."""
+    attempt, waited_since, pause = 0, None, 1.0
+    while True:
         try:
             with translate():
                 return call()
-        except Exception:  # the caller reports the last one; the save itself stands
-            if attempt + 1 == _ATTEMPTS:
+        except Exception as e:  # the caller reports the last one; the save itself stands
+            if tier is not None and _lease_held(e):
+                now = time.monotonic()
+                waited_since = now if waited_since is None else waited_since
+                if now - waited_since >= tier.lease_wait:
+                    if tier.lease_wait <= 0:
+                        raise
+                    raise CheckpointError(f"{e} (waited {now - waited_since:.0f} s for it)") from None
+                until = now + min(pause, tier.lease_wait - (now - waited_since))
+                while time.monotonic() < until:
+                    if tier.stopping:
+                        raise _Cancelled(f"ckpt: the Checkpointer was closed with cancel=True while the "
+                                         f"upload waited for the lease: {e}") from None
+                    time.sleep(min(0.1, max(0.0, until - time.monotonic())))
+                pause = min(pause * 2, 10.0)
+                continue
+            attempt += 1
+            if attempt == _ATTEMPTS:
                 raise
-            time.sleep(0.5 * (attempt + 1))
+            time.sleep(0.5 * attempt)
+
+
+class _Cancelled(CheckpointError):
+    """An upload ended by close(cancel=True) while it waited."""
 
 
 class _GroupPublish:
@@ -135,10 +165,9 @@ class _GroupPublish:
         try:
             if self.rank == 0:
                 try:
-                    with translate():
-                        lease = torch.classes.ckpt.TierLease(
-                            self.tier.url, f"ckpt Checkpointer {socket.gethostname()} pid {os.getpid()} "
-                            f"for {self.tier.root} ({self.world} ranks)", _GROUP_PATIENCE_S)
+                    lease = _with_retries(lambda: torch.classes.ckpt.TierLease(
+                        self.tier.url, f"ckpt Checkpointer {socket.gethostname()} pid {os.getpid()} "
+                        f"for {self.tier.root} ({self.world} ranks)", _GROUP_PATIENCE_S), self.tier)
                 except Exception as e:
                     self._set("go", f"error: rank 0 could not take the bucket's lease: {e}")
                     raise
@@ -183,13 +212,18 @@ class _GroupPublish:
 
 class _Tier:
     def __init__(self, root, url, streams, part_bytes, max_upload_rate, group=None, key_prefix=None,
-                 storage_class=None, own_copy=False):
+                 storage_class=None, own_copy=False, lease_wait=1800.0):
         url = str(url)
         if not url.startswith("s3://"):
             raise ValueError(f"ckpt: tier must be an s3://bucket/prefix URL, got {url!r}")
         if int(streams) < 1 or int(part_bytes) < (5 << 20) or int(max_upload_rate) < 0:
             raise ValueError("ckpt: tier_streams must be >= 1, tier_part_bytes >= 5 MiB (S3's "
                              "smallest part) and tier_max_upload_rate >= 0")
+        if isinstance(lease_wait, bool) or not isinstance(lease_wait, (int, float)) or \
+                not lease_wait >= 0 or lease_wait == float("inf"):
+            raise ValueError(f"ckpt: tier_lease_wait must be a finite number of seconds >= 0, "
+                             f"got {lease_wait!r}")
+        self.lease_wait = float(lease_wait)
         self.url = url
         self.root = root
         storage_class = "" if storage_class is None else str(storage_class)
@@ -281,7 +315,7 @@ class _Tier:
             else:
                 try:
                     files, nbytes, already = _with_retries(lambda: torch.ops.ckpt.publish_checkpoint(
-                        self.root, step, self.url, *self.args))
+                        self.root, step, self.url, *self.args), self)
                 except Exception as e:  # reported below; the save itself stands
                     error = e
             with self._lock:
@@ -290,6 +324,8 @@ class _Tier:
                               "files": files, "bytes": nbytes, "already_there": already,
                               "seconds": time.perf_counter() - start, **(extra or {})}
                     self._status[step] = {"state": "durable", **result}
+                elif isinstance(error, _Cancelled):
+                    self._status[step] = {"state": "cancelled", "error": str(error)}
                 else:
                     self._status[step] = {"state": "failed", "error": str(error)}
             if error is None and self.own_copy:

@@ -120,6 +120,10 @@ class Checkpointer:
         each stream capped at tier_max_upload_rate bytes/s (0: no cap), the
         objects in tier_storage_class (e.g. "STANDARD_IA"; None: the
         bucket's default; GLACIER and DEEP_ARCHIVE raise ValueError).
+        While another job (a ckpt-retain run tiering into the same prefix)
+        holds the prefix's lease, an upload waits for it, tier_lease_wait
+        seconds at most (default 1800; 0: fail at once), then fails naming
+        the holder.
     commit_timeout_s: how long a rank that wrote its part waits for the
         others before the save fails on every rank, naming the missing ranks.
     shared_root: True (default): with a group, root is one directory every
@@ -156,7 +160,7 @@ class Checkpointer:
                  staging_bytes=None, compression=None, process_group=None, commit_timeout_s=300.0,
                  replicated=None, rank_local=None, tier=None, tier_streams=4,
                  tier_part_bytes=8 << 20, tier_max_upload_rate=0, tier_storage_class=None,
-                 shared_root=True, **options):
+                 tier_lease_wait=1800.0, shared_root=True, **options):
         _lib.load()
         if delta is None:
             delta = "none"
@@ -196,7 +200,7 @@ class Checkpointer:
         self.local_dir = engine_root  # where this rank's engine commits
         self._tier = None if tier is None else _tier._Tier(
             engine_root, tier, tier_streams, tier_part_bytes, tier_max_upload_rate, group, key_prefix,
-            tier_storage_class, own_copy=not self.shared_root)
+            tier_storage_class, own_copy=not self.shared_root, lease_wait=tier_lease_wait)
         self.lazy = bool(lazy)
         self.process_group = group  # None: single-process
         options_json = json.dumps(opts, allow_nan=False)
