@@ -4,6 +4,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -182,10 +183,27 @@ TEST_F(TieringTest, SecondJobOnThePrefixExitsWithAClearMessage) {
   std::ostringstream out, err;
   EXPECT_EQ(tools::RetainMain(static_cast<int>(argv.size()), argv.data(), out, err), 4);
   EXPECT_TRUE(absl::StrContains(err.str(), "is held by another job")) << err.str();
-  held->reset();
+  // --lease-wait: waits that long, then the same exit naming the wait.
+  std::vector<const char*> waiting = argv;
+  for (const char* w : {"--lease-wait", "1s"}) waiting.push_back(w);
   out.str("");
   err.str("");
-  EXPECT_EQ(tools::RetainMain(static_cast<int>(argv.size()), argv.data(), out, err), 0) << err.str();
+  EXPECT_EQ(tools::RetainMain(static_cast<int>(waiting.size()), waiting.data(), out, err), 4);
+  EXPECT_TRUE(absl::StrContains(err.str(), "(waited 1s for it)")) << err.str();
+  std::vector<const char*> negative = argv;
+  for (const char* w : {"--lease-wait", "-1s"}) negative.push_back(w);
+  EXPECT_EQ(tools::RetainMain(static_cast<int>(negative.size()), negative.data(), out, err), 2);
+  EXPECT_EQ(*ListSteps(root_), (std::vector<int64_t>{1, 2, 3, 4}));
+  // ... and proceeds once the holder is done within the wait.
+  waiting.back() = "2m";
+  std::thread release([&] {
+    absl::SleepFor(absl::Seconds(2));
+    held->reset();
+  });
+  out.str("");
+  err.str("");
+  EXPECT_EQ(tools::RetainMain(static_cast<int>(waiting.size()), waiting.data(), out, err), 0) << err.str();
+  release.join();
   EXPECT_EQ(*ListSteps(root_), (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(*ListSteps(cold), (std::vector<int64_t>{1, 2}));
 }

@@ -96,6 +96,11 @@ FlagSet MakeFlagSet(RetainFlags* flags) {
   set.Add("max-upload-rate", "BYTES", &policy.max_upload_bytes_per_second,
           "s3:// cold tier: the most each upload stream sends per second, to spare the "
           "training job's network (default 0: unlimited).");
+  set.Add("lease-wait", "D", &policy.lease_wait,
+          "s3:// cold tier or root: while another job holds the prefix's lease (another "
+          "ckpt-retain, or a training job's upload behind the save, which holds it while it "
+          "uploads a step), wait up to D for it (e.g. 15m) instead of exiting with code 4 at "
+          "once (default 0).");
   set.Add("stale-temp-age", "D", &policy.stale_temp_age,
           "While a writer holds ROOT's lock, still remove its .tmp-step-* saves untouched for D "
           "(a hung writer; default 1h). Other orphans (.trash-*, compaction and copy temps, "
@@ -178,6 +183,9 @@ int RetainMain(int argc, const char* const* argv, std::ostream& out, std::ostrea
     return fail(kRetainUsage,
                 "--upload-streams must be >= 1, --upload-part-size >= 5242880 (S3's smallest "
                 "part) and --max-upload-rate >= 0 (see --help)");
+  }
+  if (policy.lease_wait < absl::ZeroDuration()) {
+    return fail(kRetainUsage, "--lease-wait must not be negative (see --help)");
   }
   if (absl::Status s = CheckStorageClass(policy.upload_storage_class); !s.ok()) {
     return fail(kRetainUsage, absl::StrCat("--upload-storage-class: ", s.message()));

@@ -364,8 +364,9 @@ absl::StatusOr<std::vector<RetentionAction>> RunBucketRetention(const std::strin
   }
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  auto lease = ObjectLease::Acquire(store, url->prefix,
-                                    absl::StrCat("ckpt-retain pid ", getpid(), " on ", host), given.lease_duration);
+  auto lease = ObjectLease::AcquireWaiting(store, url->prefix,
+                                           absl::StrCat("ckpt-retain pid ", getpid(), " on ", host),
+                                           given.lease_duration, given.lease_wait);
   if (!lease.ok()) return lease.status();
   std::vector<RetentionAction> stale;
   if (!given.dry_run) {
@@ -517,10 +518,10 @@ absl::StatusOr<std::vector<RetentionAction>> RunRetention(const std::string& roo
     // A bucket has no flock: a lease object, one job per prefix.
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    auto taken = ObjectLease::Acquire(bucket->store, bucket->prefix,
-                                      absl::StrCat("ckpt-retain pid ", getpid(), " on ", host,
-                                                   " for ", root),
-                                      policy.lease_duration);
+    auto taken = ObjectLease::AcquireWaiting(bucket->store, bucket->prefix,
+                                             absl::StrCat("ckpt-retain pid ", getpid(), " on ", host,
+                                                          " for ", root),
+                                             policy.lease_duration, policy.lease_wait);
     if (!taken.ok()) return Prefixed("--cold-dir", taken.status());
     lease = std::move(*taken);
   } else if (!policy.cold_dir.empty()) {

@@ -36,6 +36,11 @@ struct RetentionPolicy {
   std::string upload_storage_class;  // `PublishOptions::storage_class`
   int64_t max_upload_bytes_per_second = 0;
   absl::Duration lease_duration = absl::Hours(6);
+  // While another job holds the prefix's lease (another ckpt-retain, or a
+  // training job's upload behind the save, which holds it for one step at
+  // a time): how long to wait for it before failing with kUnavailable
+  // (`ObjectLease::AcquireWaiting`; zero: fail at once).
+  absl::Duration lease_wait = absl::ZeroDuration();
   std::shared_ptr<ObjectStore> cold_store;
   // A save in progress (`.tmp-step-*`) untouched for this long goes even
   // while a writer holds ROOT's lock (a writer hung that long). Every other
