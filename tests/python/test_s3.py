@@ -296,6 +296,35 @@ def test_ranks_that_share_no_file_system_commit_one_checkpoint_in_the_bucket(roo
     ckpt.verify(bucket_url, 4)
 
 
+def test_a_multi_rank_upload_waits_for_a_retention_jobs_lease(root, bucket_url, tmp_path):
+    """Rank 0 takes the lease for the group: while a ckpt-retain run holds
+    it, the group's uploads wait (no marker, no failure), then every step
+    goes up once it is released."""
+    import threading
+
+    import distributed_workers as workers
+    retention = torch.classes.ckpt.TierLease(bucket_url, "ckpt-retain pid 1 on cron", 300.0)
+    result = {}
+    world = threading.Thread(target=lambda: result.update(w=workers.run_world(
+        "tier_workers:tier_group", 2, str(tmp_path / "w"), timeout=300, root=root, url=bucket_url,
+        aws=_aws_env(), broken_rank=None)))
+    world.start()
+    try:
+        _until(lambda: 1 in ckpt.list_steps(root) if os.path.isdir(root) else False, timeout=120)
+        time.sleep(3)  # longer than the tries' pauses (0.5 s + 1 s)
+        assert ckpt.list_steps(bucket_url) == []
+    finally:
+        retention.release()
+        world.join(timeout=320)
+    w = result["w"]
+    w.check()
+    for r in range(2):
+        v = w.value(r)
+        assert v["errors"] == [], f"rank {r}: " + "\n".join(v["errors"])
+        assert v["waited"] and v["status"] == {"1": "durable", "2": "durable", "3": "durable"}, v
+    assert ckpt.list_steps(bucket_url) == [1, 2, 3]
+
+
 def test_a_save_that_failed_on_one_rank_ends_the_others_upload_at_once(root, bucket_url, tmp_path):
     import distributed_workers as workers
     w = workers.run_world("tier_workers:tier_failed_save_on_one_rank", 2, str(tmp_path / "w"), timeout=300,
