@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "ckpt/object_tier.h"
 #include "format/names.h"
+#include "util/cancellable_sleep.h"
 #include "util/log.h"
 #include "util/mutex.h"
 #include "util/status_macros.h"
@@ -224,13 +225,9 @@ absl::StatusOr<std::unique_ptr<ObjectLease>> ObjectLease::AcquireWaiting(
                                     " for it)"));
     }
     if (!logged) Log(LogLevel::kInfo, absl::StrCat(lease.status().message(), "; waiting for it"));
-    const absl::Time until = absl::Now() + std::min(pause, wait - waited);
-    while (absl::Now() < until) {
-      if (cancelled && cancelled()) {
-        return absl::CancelledError(absl::StrCat("cancelled while waiting for the lease: ",
-                                                 lease.status().message()));
-      }
-      absl::SleepFor(std::min(absl::Milliseconds(100), until - absl::Now()));
+    if (!internal::SleepUnlessCancelled(std::min(pause, wait - waited), cancelled)) {
+      return absl::CancelledError(absl::StrCat("cancelled while waiting for the lease: ",
+                                               lease.status().message()));
     }
     pause = std::min(pause * 2, absl::Seconds(10));
   }

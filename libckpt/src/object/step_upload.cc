@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "util/cancellable_sleep.h"
 #include "util/status_macros.h"
 
 namespace ckpt::internal {
@@ -45,15 +46,6 @@ bool Permanent(const absl::Status& s) {
   }
 }
 
-// Sleeps `d`, in slices, unless cancelled; false if cancelled.
-bool SleepUnlessCancelled(const TierTarget& target, absl::Duration d) {
-  for (const absl::Time until = absl::Now() + d; absl::Now() < until;) {
-    if (target.cancelled()) return false;
-    absl::SleepFor(std::min(kStoreSlice, until - absl::Now()));
-  }
-  return !target.cancelled();
-}
-
 // `call()` up to `target.attempts` times (0.5 s, 1 s, ... between them) while
 // its error may be transient; sets `*tries`.
 template <typename Call>
@@ -62,7 +54,7 @@ auto WithRetries(const TierTarget& target, int* tries, Call call) -> decltype(ca
     *tries = attempt;
     auto result = call();
     if (result.ok() || Permanent(result.status()) || attempt >= std::max(1, target.attempts)) return result;
-    if (!SleepUnlessCancelled(target, absl::Milliseconds(500) * attempt)) {
+    if (!SleepUnlessCancelled(absl::Milliseconds(500) * attempt, target.cancelled, kStoreSlice)) {
       return absl::CancelledError(absl::StrCat("the engine was closed with kCancel while the upload "
                                                "waited to try again after: ", result.status().message()));
     }
